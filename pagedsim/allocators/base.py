@@ -1,0 +1,132 @@
+"""What every KV-cache allocator offers: the protocol, and the data-movement records.
+
+An allocator only does bookkeeping: which physical token *slots* of one big pool
+each sequence owns. It never touches K/V data. Whenever an operation implies that
+K/V data must move (copy-on-write, the copy a contiguous fork needs, swapping), the
+operation says so in its result as :class:`KVCopy` records, and whoever owns real
+tensors (``kernels.PagedKVCache``) carries them out. The simulator only counts them.
+
+Slots are numbered ``0 .. capacity_slots - 1``. For the paged allocator slot
+``s`` is offset ``s % block_size`` of physical block ``s // block_size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol, runtime_checkable
+
+SeqId = Hashable
+
+
+class KVCopy(NamedTuple):
+    """Copy the K/V of ``num_slots`` consecutive slots from ``src_slot`` to ``dst_slot``."""
+
+    src_slot: int
+    dst_slot: int
+    num_slots: int
+
+    def block_pairs(self, block_size: int) -> list[tuple[int, int]]:
+        """The copy as ``(src_block, dst_block)`` pairs of whole blocks of ``block_size`` slots.
+
+        Both ends must start on a block boundary (always true for the paged allocator's
+        copy-on-write copies, and for an aligned contiguous arena).
+        """
+        if self.src_slot % block_size or self.dst_slot % block_size:
+            raise ValueError(f"{self} is not aligned to blocks of {block_size} slots")
+        n = -(-self.num_slots // block_size)
+        s, d = self.src_slot // block_size, self.dst_slot // block_size
+        return [(s + i, d + i) for i in range(n)]
+
+
+#: ``append_slot`` returns ``(slot, copy)``: the physical slot the new token's K/V
+#: goes into, and the copy-on-write copy to carry out *before* writing it (or None).
+AppendResult = tuple[int, "KVCopy | None"]
+
+
+@dataclass(slots=True)
+class SwappedGroup:
+    """Sequences swapped out to a CPU pool, with enough to bring them back.
+
+    ``out_copies`` move K/V from GPU slots (``src_slot``) to this group's own CPU
+    buffer of ``cpu_slots`` slots (``dst_slot`` is an offset into that buffer).
+    ``swap_in`` returns the copies back (CPU offset -> new GPU slot).
+    """
+
+    seq_ids: tuple[SeqId, ...]
+    cpu_slots: int
+    out_copies: list[KVCopy]
+    # allocator-specific state needed to rebuild the sequences on swap-in
+    state: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SlotUsage:
+    """Allocated slots split by what will become of them (see :mod:`pagedsim.accounting`)."""
+
+    token_slots: int  # hold a live token's K/V (a shared physical slot counts once)
+    reserved_slots: int  # empty; a live request will still fill them
+    internal_frag_slots: int  # empty; will never be filled
+    physical_blocks: int  # blocks in use (paged); regions in use (contiguous)
+    logical_blocks: int  # as if nothing were shared
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """The interface the scheduler, the accounting and the KV caches rely on."""
+
+    capacity_slots: int
+
+    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
+        """Give a new sequence room for its ``num_tokens``-token prompt.
+
+        ``final_len`` (prompt + output, tokens) is the request's true final length:
+        contiguous reservation policies need it; every allocator keeps it for accounting.
+        Raises ``OutOfMemoryError`` (and changes nothing) when there is no room.
+        """
+
+    def append_slot(self, seq_id: SeqId) -> AppendResult:
+        """Room for one new token: ``(slot, copy_or_None)``."""
+
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
+        """Create ``child_id`` holding the same tokens as ``parent_id``; returns the copies."""
+
+    def free(self, seq_id: SeqId) -> None:
+        """Release a sequence's memory."""
+
+    def can_allocate(self, num_tokens: int, final_len: int | None = None) -> bool: ...
+
+    def can_append(self, seq_id: SeqId) -> bool: ...
+
+    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
+        """Whether one ``append_slot`` for each of ``seq_ids`` (in order) would all succeed."""
+
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup: ...
+
+    def can_swap_in(self, group: SwappedGroup) -> bool: ...
+
+    def swap_in(self, group: SwappedGroup) -> list[KVCopy]: ...
+
+    def seq_len(self, seq_id: SeqId) -> int:
+        """Number of tokens the sequence holds."""
+
+    def slot_of(self, seq_id: SeqId, index: int) -> int:
+        """The physical slot holding the sequence's ``index``-th token."""
+
+    def slot_mapping(self, seq_id: SeqId, start: int = 0, end: int | None = None) -> list[int]:
+        """Physical slots of tokens ``start .. end-1`` (default: all of them)."""
+
+    def seq_ids(self) -> Iterator[SeqId]: ...
+
+    def __contains__(self, seq_id: object) -> bool: ...
+
+    def usage(self) -> SlotUsage: ...
+
+    def free_runs(self) -> list[int]:
+        """Sizes (slots) of the free holes, each usable as one unit of allocation."""
+
+    def slots_needed(self, num_tokens: int, final_len: int | None = None) -> int:
+        """Slots one allocation of this prompt would take (for external-fragmentation checks)."""
+
+    def check_invariants(self) -> None:
+        """Raise ``AssertionError`` if the internal state is inconsistent."""

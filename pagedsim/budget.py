@@ -1,0 +1,99 @@
+"""The KV-cache memory budget, as vLLM computes it at start-up.
+
+``kv_cache_bytes = gpu_memory_bytes x gpu_memory_utilization - weights_bytes - activation_bytes``
+
+The engine pre-allocates that much and carves it into blocks of ``block_size``
+token slots: ``num_blocks = kv_cache_bytes // (block_size x bytes_per_token)``.
+``gpu_memory_utilization`` is therefore not a cap on usage but the fraction the
+engine claims up front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .specs import GpuSpec, ModelSpec, get_gpu, get_model
+from .units import format_bytes
+from .validate import check_int
+
+
+@dataclass(frozen=True, slots=True)
+class KVBudget:
+    """The result of :func:`kv_budget`. All sizes in bytes, capacities in blocks and tokens."""
+
+    model: str
+    gpu: str
+    num_gpus: int
+    gpu_memory_bytes: int  # all GPUs together
+    gpu_memory_utilization: float
+    weights_bytes: int
+    activation_bytes: int
+    kv_cache_bytes: int
+    bytes_per_token: int
+    block_size: int
+    bytes_per_block: int
+    num_blocks: int
+    max_tokens: int  # num_blocks x block_size: the token slots the pool holds
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def kv_budget(
+    model: ModelSpec | str,
+    gpu: GpuSpec | str,
+    weights_bytes: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    activation_bytes: int = 0,
+    block_size: int = 16,
+    num_gpus: int = 1,
+) -> KVBudget:
+    """How much KV cache fits, in bytes, blocks and token slots.
+
+    ``weights_bytes`` defaults to the model preset's; ``activation_bytes`` is the
+    peak activation (and other non-KV) memory across all GPUs; with ``num_gpus`` > 1
+    the model is sharded (tensor parallel) so memory and KV cache add up.
+    """
+    model = get_model(model) if isinstance(model, str) else model
+    gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    if isinstance(gpu_memory_utilization, bool) or not isinstance(
+        gpu_memory_utilization, (int, float)
+    ):
+        raise TypeError(f"gpu_memory_utilization must be a number, got {gpu_memory_utilization!r}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(
+            f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization!r}"
+        )
+    block_size = check_int("block_size", block_size, minimum=1)
+    num_gpus = check_int("num_gpus", num_gpus, minimum=1)
+    weights = model.weights_bytes if weights_bytes is None else weights_bytes
+    weights = check_int("weights_bytes", weights, minimum=0)
+    activation_bytes = check_int("activation_bytes", activation_bytes, minimum=0)
+
+    total = gpu.memory_bytes * num_gpus
+    usable = int(total * gpu_memory_utilization)
+    kv_bytes = usable - weights - activation_bytes
+    if kv_bytes <= 0:
+        raise ValueError(
+            f"no room for a KV cache: {model.name} weights ({format_bytes(weights)}) + "
+            f"activations ({format_bytes(activation_bytes)}) exceed {gpu_memory_utilization:g} "
+            f"x {num_gpus} x {gpu.name} ({format_bytes(usable)}); use more GPUs, a larger "
+            "gpu_memory_utilization, or a bigger GPU"
+        )
+    bytes_per_block = block_size * model.bytes_per_token
+    num_blocks = kv_bytes // bytes_per_block
+    return KVBudget(
+        model=model.name,
+        gpu=gpu.name,
+        num_gpus=num_gpus,
+        gpu_memory_bytes=total,
+        gpu_memory_utilization=float(gpu_memory_utilization),
+        weights_bytes=weights,
+        activation_bytes=activation_bytes,
+        kv_cache_bytes=kv_bytes,
+        bytes_per_token=model.bytes_per_token,
+        block_size=block_size,
+        bytes_per_block=bytes_per_block,
+        num_blocks=num_blocks,
+        max_tokens=num_blocks * block_size,
+    )

@@ -1,0 +1,121 @@
+"""Model and GPU specifications, with presets.
+
+Memory is counted in bytes; presets quote GPU memory in binary units
+(1 GiB = 2**30 bytes, see :mod:`pagedsim.units`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .units import GiB, MiB
+from .validate import check_int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """The shape of a decoder-only transformer, as far as the KV cache cares.
+
+    ``weights_bytes`` is the size of the weights in the serving dtype;
+    ``max_model_len`` is the longest sequence (prompt + output, in tokens) it serves.
+    """
+
+    name: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    weights_bytes: int
+    max_model_len: int
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "dtype_bytes",
+                      "max_model_len"):
+            check_int(f"{self.name}: {field}", getattr(self, field), minimum=1)
+        check_int(f"{self.name}: weights_bytes", self.weights_bytes, minimum=0)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV-cache bytes for one token across all layers: 2 (K and V) x layers x kv heads
+        x head_dim x dtype bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the residual stream (num_heads x head_dim)."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count implied by ``weights_bytes`` and the dtype."""
+        return self.weights_bytes // self.dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """An accelerator: memory in bytes, HBM bandwidth in bytes/s, dense fp16/bf16 peak in flop/s."""
+
+    name: str
+    memory_bytes: int
+    hbm_bytes_per_s: float
+    peak_flops_per_s: float
+
+    def __post_init__(self) -> None:
+        check_int(f"{self.name}: memory_bytes", self.memory_bytes, minimum=1)
+        if not self.hbm_bytes_per_s > 0 or not self.peak_flops_per_s > 0:
+            raise ValueError(f"{self.name}: bandwidth and peak flop/s must be > 0")
+
+
+def _params_bytes(num_params: float, dtype_bytes: int = 2) -> int:
+    return int(num_params * dtype_bytes)
+
+
+#: Model presets. Weights are the published parameter counts in fp16/bf16 (2 bytes each).
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        # The seed's example: 32 x 32 x 128 x 2 bytes x 2 = 512 KiB per token.
+        ModelSpec("llama-2-7b", 32, 32, 32, 128, 2, _params_bytes(6.74e9), 4096),
+        ModelSpec("llama-2-13b", 40, 40, 40, 128, 2, _params_bytes(13.0e9), 4096),
+        ModelSpec("llama-2-70b", 80, 64, 8, 128, 2, _params_bytes(69.0e9), 4096),  # GQA, 8 kv heads
+        ModelSpec("llama-3-8b", 32, 32, 8, 128, 2, _params_bytes(8.03e9), 8192),  # GQA, 8 kv heads
+        # The vLLM paper's models (OPT, max 2048 tokens): 13B has 800 KiB per token.
+        ModelSpec("opt-13b", 40, 40, 40, 128, 2, 26 * GiB, 2048),
+        ModelSpec("opt-66b", 64, 72, 72, 128, 2, 132 * GiB, 2048),
+        ModelSpec("opt-175b", 96, 96, 96, 128, 2, 346 * GiB, 2048),
+    )
+}
+
+#: GPU presets. Memory is what ``nvidia-smi`` reports (MiB), HBM bandwidth and dense
+#: fp16/bf16 tensor-core peak are NVIDIA's datasheet figures (SXM parts).
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        GpuSpec("a100-40gb", 40960 * MiB, 1.555e12, 312e12),
+        GpuSpec("a100-80gb", 81920 * MiB, 2.039e12, 312e12),
+        GpuSpec("h100-80gb", 81559 * MiB, 3.35e12, 989e12),
+        GpuSpec("h200-141gb", 143771 * MiB, 4.8e12, 989e12),
+    )
+}
+
+
+def get_model(name: str) -> ModelSpec:
+    """Look up a model preset by name (error lists the valid names)."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}") from None
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """Look up a GPU preset by name (error lists the valid names)."""
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise ValueError(f"unknown gpu {name!r}; valid: {', '.join(GPUS)}") from None

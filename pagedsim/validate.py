@@ -1,0 +1,20 @@
+"""Small argument checks shared by configs and allocators (one-line errors naming the value)."""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+
+def check_int(name: str, value: object, minimum: int | None = None) -> int:
+    """Return ``value`` as an int, or raise naming the bad value and what is valid."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...] | list[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, choices))}")
+    return str(value)
