@@ -11,6 +11,7 @@ engine claims up front.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from numbers import Real
 
 from .specs import GpuSpec, ModelSpec, get_gpu, get_model
 from .units import format_bytes
@@ -56,9 +57,7 @@ def kv_budget(
     """
     model = get_model(model) if isinstance(model, str) else model
     gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
-    if isinstance(gpu_memory_utilization, bool) or not isinstance(
-        gpu_memory_utilization, (int, float)
-    ):
+    if isinstance(gpu_memory_utilization, bool) or not isinstance(gpu_memory_utilization, Real):
         raise TypeError(f"gpu_memory_utilization must be a number, got {gpu_memory_utilization!r}")
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(
@@ -82,6 +81,12 @@ def kv_budget(
         )
     bytes_per_block = block_size * model.bytes_per_token
     num_blocks = kv_bytes // bytes_per_block
+    if num_blocks == 0:
+        raise ValueError(
+            f"a KV cache of {format_bytes(kv_bytes)} is smaller than one block of "
+            f"{block_size} tokens ({format_bytes(bytes_per_block)}); lower block_size or free "
+            "more memory"
+        )
     return KVBudget(
         model=model.name,
         gpu=gpu.name,

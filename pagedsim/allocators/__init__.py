@@ -1,5 +1,17 @@
 """KV-cache allocators: contiguous regions and paged blocks, behind one protocol."""
 
 from .base import Allocator, AppendResult, KVCopy, SlotUsage, SwappedGroup
+from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
+from .paged import PagedAllocator
 
-__all__ = ["Allocator", "AppendResult", "KVCopy", "SlotUsage", "SwappedGroup"]
+__all__ = [
+    "PLACEMENTS",
+    "RESERVATIONS",
+    "Allocator",
+    "AppendResult",
+    "ContiguousAllocator",
+    "KVCopy",
+    "PagedAllocator",
+    "SlotUsage",
+    "SwappedGroup",
+]

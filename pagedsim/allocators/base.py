@@ -12,7 +12,7 @@ Slots are numbered ``0 .. capacity_slots - 1``. For the paged allocator slot
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -120,13 +120,16 @@ class Allocator(Protocol):
 
     def __contains__(self, seq_id: object) -> bool: ...
 
-    def usage(self) -> SlotUsage: ...
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage: ...
 
     def free_runs(self) -> list[int]:
         """Sizes (slots) of the free holes, each usable as one unit of allocation."""
 
     def slots_needed(self, num_tokens: int, final_len: int | None = None) -> int:
         """Slots one allocation of this prompt would take (for external-fragmentation checks)."""
+
+    def snapshot(self) -> dict:
+        """The allocator's whole state as plain data."""
 
     def check_invariants(self) -> None:
         """Raise ``AssertionError`` if the internal state is inconsistent."""

@@ -1,0 +1,92 @@
+"""Where every slot of the KV pool goes, at one instant.
+
+The pool's ``capacity_slots`` split into exactly five parts (they always sum to
+capacity):
+
+1. ``token``: slots holding K/V of tokens that exist now (a physical slot shared by
+   several sequences counts once);
+2. ``reserved``: allocated, empty, and the owner will fill them before it finishes;
+3. ``internal_frag``: allocated, empty, never to be filled (over-reservation, the
+   tail of a last block, alignment or buddy rounding);
+4. ``external_frag``: free slots in holes too small for what the next waiting
+   request needs (always 0 for paged allocation: any free block serves);
+5. ``free``: the rest.
+
+Sharing saving (vLLM paper section 6.3) is ``1 - physical_blocks / logical_blocks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from .allocators.base import Allocator, SeqId
+
+CATEGORIES = ("token", "reserved", "internal_frag", "external_frag", "free")
+
+
+@dataclass(frozen=True, slots=True)
+class SlotAccount:
+    """The five categories in slots, plus block counts for sharing savings."""
+
+    token: int
+    reserved: int
+    internal_frag: int
+    external_frag: int
+    free: int
+    capacity: int
+    physical_blocks: int
+    logical_blocks: int
+
+    def __post_init__(self) -> None:
+        parts = (self.token, self.reserved, self.internal_frag, self.external_frag, self.free)
+        if min(parts) < 0 or sum(parts) != self.capacity:
+            raise AssertionError(f"slot categories {parts} do not partition {self.capacity}")
+
+    @property
+    def utilization(self) -> float:
+        """Fraction of the pool holding live tokens' K/V."""
+        return self.token / self.capacity
+
+    @property
+    def sharing_saving(self) -> float:
+        """``1 - physical / logical`` blocks (0 when nothing is shared or nothing is used)."""
+        return 1 - self.physical_blocks / self.logical_blocks if self.logical_blocks else 0.0
+
+    def shares(self) -> dict[str, float]:
+        """The five categories as fractions of capacity (they sum to 1)."""
+        return {c: getattr(self, c) / self.capacity for c in CATEGORIES}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def account(
+    allocator: Allocator,
+    next_need_slots: int | None = None,
+    final_lens: Mapping[SeqId, int] | None = None,
+) -> SlotAccount:
+    """Split ``allocator``'s pool into the five categories.
+
+    ``next_need_slots`` is what the next waiting request would take
+    (``allocator.slots_needed(prompt_len, final_len)``), or None when nobody waits:
+    free holes smaller than it count as external fragmentation. ``final_lens`` gives
+    live sequences' true final lengths (prompt + output, tokens) where the allocator
+    was not told them at allocation.
+    """
+    usage = allocator.usage(final_lens)
+    holes = allocator.free_runs()
+    free_total = sum(holes)
+    external = 0
+    if next_need_slots is not None and next_need_slots > 0:
+        external = sum(h for h in holes if h < next_need_slots)
+    return SlotAccount(
+        token=usage.token_slots,
+        reserved=usage.reserved_slots,
+        internal_frag=usage.internal_frag_slots,
+        external_frag=external,
+        free=free_total - external,
+        capacity=allocator.capacity_slots,
+        physical_blocks=usage.physical_blocks,
+        logical_blocks=usage.logical_blocks,
+    )

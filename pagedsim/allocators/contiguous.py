@@ -1,0 +1,328 @@
+"""Contiguous allocation, as FasterTransformer and Orca do it: one region per sequence.
+
+Each sequence gets one contiguous run of slots in a linear arena, reserved up front
+for the longest it might become, because a contiguous region cannot grow in place:
+
+- ``max``: ``max_model_len`` slots for everyone (the output length is unknown);
+- ``pow2``: the next power of two of the true final length (a better guess);
+- ``oracle``: exactly the true final length (an upper bound on what any
+  reservation scheme could do).
+
+The unused part of a region is memory nobody else can use: ``reserved`` while the
+sequence will still fill it, ``internal fragmentation`` where it never will. Between
+regions, holes too small for the next request are ``external fragmentation``.
+Nothing is shared: a fork copies the parent's tokens into a region of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+from ..errors import OutOfMemoryError
+from ..validate import check_choice, check_int
+from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
+from .placement import Arena, BuddyArena, next_pow2
+
+RESERVATIONS = ("max", "pow2", "oracle")
+PLACEMENTS = ("first-fit", "best-fit", "buddy")
+
+
+class _Region:
+    __slots__ = ("start", "size", "num_tokens", "final_len")
+
+    def __init__(self, start: int, size: int, num_tokens: int, final_len: int | None) -> None:
+        self.start = start  # first slot
+        self.size = size  # slots owned, after policy, alignment and placement rounding
+        self.num_tokens = num_tokens
+        self.final_len = final_len
+
+
+class ContiguousAllocator:
+    """A linear arena of ``capacity_slots`` token slots, one region per sequence.
+
+    ``align_slots`` rounds every region's size (and so its start) up to a multiple,
+    e.g. a kernel's block size, so that a region is a run of whole blocks; the padding
+    is counted as internal fragmentation, because it is memory the region owns and
+    never fills.
+    """
+
+    def __init__(
+        self,
+        capacity_slots: int,
+        reservation: str = "max",
+        placement: str = "first-fit",
+        max_model_len: int = 2048,
+        align_slots: int = 1,
+    ) -> None:
+        self.capacity_slots = check_int("capacity_slots", capacity_slots, minimum=1)
+        self.reservation = check_choice("reservation", reservation, RESERVATIONS)
+        self.placement = check_choice("placement", placement, PLACEMENTS)
+        self.max_model_len = check_int("max_model_len", max_model_len, minimum=1)
+        self.align_slots = check_int("align_slots", align_slots, minimum=1)
+        if self.capacity_slots % self.align_slots:
+            raise ValueError(
+                f"capacity_slots ({capacity_slots}) must be a multiple of "
+                f"align_slots ({align_slots})"
+            )
+        if self.placement == "buddy":
+            if self.align_slots & (self.align_slots - 1):
+                raise ValueError(
+                    f"buddy placement needs align_slots to be a power of two, got {align_slots}"
+                )
+            self._arena: Arena | BuddyArena = BuddyArena(self.capacity_slots, self.align_slots)
+        else:
+            self._arena = Arena(self.capacity_slots, best_fit=self.placement == "best-fit")
+        self._regions: dict[SeqId, _Region] = {}
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def num_seqs(self) -> int:
+        return len(self._regions)
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self._regions
+
+    def seq_ids(self) -> Iterator[SeqId]:
+        return iter(self._regions)
+
+    def _get(self, seq_id: SeqId) -> _Region:
+        try:
+            return self._regions[seq_id]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown sequence id {seq_id!r}") from None
+
+    def region(self, seq_id: SeqId) -> tuple[int, int]:
+        """``(start_slot, size_slots)`` of the sequence's region."""
+        r = self._get(seq_id)
+        return r.start, r.size
+
+    def seq_len(self, seq_id: SeqId) -> int:
+        return self._get(seq_id).num_tokens
+
+    def final_len(self, seq_id: SeqId) -> int | None:
+        return self._get(seq_id).final_len
+
+    def slot_of(self, seq_id: SeqId, index: int) -> int:
+        r = self._get(seq_id)
+        if not 0 <= index < r.num_tokens:
+            raise ValueError(
+                f"token index {index!r} out of range for sequence {seq_id!r} "
+                f"of {r.num_tokens} tokens"
+            )
+        return r.start + index
+
+    def slot_mapping(self, seq_id: SeqId, start: int = 0, end: int | None = None) -> list[int]:
+        r = self._get(seq_id)
+        end = r.num_tokens if end is None else end
+        if not 0 <= start <= end <= r.num_tokens:
+            raise ValueError(
+                f"token range [{start}, {end}) out of range for sequence {seq_id!r} "
+                f"of {r.num_tokens} tokens"
+            )
+        return list(range(r.start + start, r.start + end))
+
+    def reserve_slots(self, num_tokens: int, final_len: int | None = None) -> int:
+        """Slots the reservation policy asks for (before alignment and placement)."""
+        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+        if num_tokens > self.max_model_len:
+            raise ValueError(
+                f"num_tokens ({num_tokens}) exceeds max_model_len ({self.max_model_len})"
+            )
+        if final_len is None:
+            if self.reservation != "max":
+                raise ValueError(
+                    f"reservation {self.reservation!r} needs the request's final_len "
+                    "(prompt + output tokens); pass final_len="
+                )
+            final = num_tokens
+        else:
+            final = check_int("final_len", final_len, minimum=0)
+            if final < num_tokens:
+                raise ValueError(f"final_len ({final}) must be >= num_tokens ({num_tokens})")
+            if final > self.max_model_len:
+                raise ValueError(
+                    f"final_len ({final}) exceeds max_model_len ({self.max_model_len})"
+                )
+        if self.reservation == "max":
+            want = self.max_model_len
+        elif self.reservation == "pow2":
+            want = min(next_pow2(final), self.max_model_len)
+        else:
+            want = final
+        return max(want, 1)
+
+    def _region_size(self, reserve: int) -> int:
+        a = self.align_slots
+        return self._arena.placed_size(-(-reserve // a) * a)
+
+    def slots_needed(self, num_tokens: int, final_len: int | None = None) -> int:
+        return self._region_size(self.reserve_slots(num_tokens, final_len))
+
+    def can_allocate(self, num_tokens: int, final_len: int | None = None) -> bool:
+        return self._arena.can_alloc(self._region_size(self.reserve_slots(num_tokens, final_len)))
+
+    def can_append(self, seq_id: SeqId) -> bool:
+        r = self._get(seq_id)
+        return r.num_tokens < r.size
+
+    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
+        return all(self.can_append(s) for s in seq_ids)
+
+    # -------------------------------------------------------------- mutations
+    def _place(self, seq_id: SeqId, size: int) -> int:
+        start = self._arena.alloc(size)
+        if start is None:
+            largest = max((n for _, n in self._arena.holes()), default=0)
+            raise OutOfMemoryError(
+                f"sequence {seq_id!r} needs a contiguous region of {size} slots; "
+                f"largest hole is {largest}"
+            )
+        return start
+
+    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
+        """Reserve a region by policy and place the ``num_tokens``-token prompt in it."""
+        if seq_id in self._regions:
+            raise ValueError(f"sequence id {seq_id!r} already exists")
+        size = self._region_size(self.reserve_slots(num_tokens, final_len))
+        start = self._place(seq_id, size)
+        self._regions[seq_id] = _Region(start, size, num_tokens, final_len)
+
+    def append_slot(self, seq_id: SeqId) -> AppendResult:
+        """The next slot of the sequence's region; never copies."""
+        r = self._get(seq_id)
+        if r.num_tokens >= r.size:
+            raise OutOfMemoryError(
+                f"sequence {seq_id!r} filled its region of {r.size} slots; "
+                "a contiguous region cannot grow in place"
+            )
+        r.num_tokens += 1
+        return r.start + r.num_tokens - 1, None
+
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
+        """The child gets a region of its own and a copy of the parent's tokens."""
+        p = self._get(parent_id)
+        if child_id in self._regions:
+            raise ValueError(f"sequence id {child_id!r} already exists")
+        start = self._place(child_id, p.size)
+        self._regions[child_id] = _Region(start, p.size, p.num_tokens, p.final_len)
+        return [KVCopy(p.start, start, p.num_tokens)] if p.num_tokens else []
+
+    def free(self, seq_id: SeqId) -> None:
+        try:
+            r = self._regions.pop(seq_id)
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
+            ) from None
+        self._arena.free(r.start)
+
+    # --------------------------------------------------------------- swapping
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
+        """Copy each sequence's tokens to a CPU buffer and release its region."""
+        seq_ids = tuple(seq_ids)
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"duplicate sequence ids in {seq_ids!r}")
+        regions = [self._get(s) for s in seq_ids]
+        out, meta, offset = [], [], 0
+        for r in regions:
+            if r.num_tokens:
+                out.append(KVCopy(r.start, offset, r.num_tokens))
+            meta.append((r.size, r.num_tokens, r.final_len, offset))
+            offset += r.num_tokens
+        for s in seq_ids:
+            self.free(s)
+        return SwappedGroup(seq_ids, offset, out, {"meta": meta})
+
+    def _try_place_all(self, sizes: list[int]) -> list[int] | None:
+        starts: list[int] = []
+        for size in sizes:
+            start = self._arena.alloc(size)
+            if start is None:
+                for s in reversed(starts):  # roll back: frees merge back exactly
+                    self._arena.free(s)
+                return None
+            starts.append(start)
+        return starts
+
+    def can_swap_in(self, group: SwappedGroup) -> bool:
+        starts = self._try_place_all([m[0] for m in group.state["meta"]])
+        if starts is None:
+            return False
+        for s in reversed(starts):
+            self._arena.free(s)
+        return True
+
+    def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
+        clash = [s for s in group.seq_ids if s in self._regions]
+        if clash:
+            raise ValueError(f"sequence ids {clash!r} already exist")
+        meta = group.state["meta"]
+        starts = self._try_place_all([m[0] for m in meta])
+        if starts is None:
+            raise OutOfMemoryError(f"no room to swap in {len(meta)} regions")
+        copies = []
+        for seq_id, start, (size, n, final, offset) in zip(
+            group.seq_ids, starts, meta, strict=True
+        ):
+            self._regions[seq_id] = _Region(start, size, n, final)
+            if n:
+                copies.append(KVCopy(offset, start, n))
+        return copies
+
+    # ------------------------------------------------------------- accounting
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+        """Token, reserved (will be filled) and internal-fragmentation slots of all regions.
+
+        Final lengths come from ``final_lens``, else from ``final_len`` at allocation;
+        a sequence with neither is taken as finished.
+        """
+        token = reserved = allocated = 0
+        fl = final_lens or {}
+        for seq_id, r in self._regions.items():
+            n = r.num_tokens
+            final = fl.get(seq_id, r.final_len) if fl else r.final_len
+            final = final if final is not None and final > n else n
+            token += n
+            reserved += min(final, r.size) - n
+            allocated += r.size
+        return SlotUsage(
+            token_slots=token,
+            reserved_slots=reserved,
+            internal_frag_slots=allocated - token - reserved,
+            physical_blocks=len(self._regions),
+            logical_blocks=len(self._regions),
+        )
+
+    def holes(self) -> list[tuple[int, int]]:
+        """Free holes as ``(start_slot, size_slots)``, by address."""
+        return self._arena.holes()
+
+    def free_runs(self) -> list[int]:
+        return [size for _, size in self._arena.holes()]
+
+    def snapshot(self) -> dict:
+        """The whole state as plain data (for pictures, step-through recorders and tests)."""
+        return {
+            "kind": "contiguous",
+            "capacity_slots": self.capacity_slots,
+            "reservation": self.reservation,
+            "placement": self.placement,
+            "max_model_len": self.max_model_len,
+            "align_slots": self.align_slots,
+            "holes": self._arena.holes(),
+            "seqs": {
+                sid: {"start": r.start, "size": r.size, "num_tokens": r.num_tokens,
+                      "final_len": r.final_len}
+                for sid, r in self._regions.items()
+            },
+        }
+
+    def check_invariants(self) -> None:
+        self._arena.check_invariants()
+        used = self._arena.used()
+        assert len(used) == len(self._regions), "arena and region table disagree"
+        for seq_id, r in self._regions.items():
+            assert used.get(r.start) == r.size, f"sequence {seq_id!r}: region not in arena"
+            assert 0 <= r.start and r.start + r.size <= self.capacity_slots, "region out of bounds"
+            assert 0 <= r.num_tokens <= r.size, f"sequence {seq_id!r} overflows its region"
+            assert r.start % self.align_slots == 0, f"sequence {seq_id!r}: unaligned region"
