@@ -1,0 +1,44 @@
+"""pagedsim.kernels: real paged-attention kernels and KV caches driven by pagedsim allocators.
+
+``kernels.backend`` is imported first on purpose: it decides between Triton on CUDA,
+Triton's CPU interpreter and pure torch, and must set ``TRITON_INTERPRET`` before any
+module that defines a Triton kernel is imported. ``kernels.BACKEND`` says which one
+is in use (``python -m kernels`` prints why).
+"""
+
+from .backend import BACKEND, BACKENDS, DEVICE, INFO, BackendInfo  # noqa: I001  (must be first)
+from .attention import (
+    choose_num_splits,
+    paged_attention,
+    paged_attention_reference,
+    paged_attention_torch,
+)
+from .cache_ops import (
+    copy_blocks,
+    copy_blocks_reference,
+    write_kv,
+    write_kv_reference,
+)
+
+
+def backend_name() -> str:
+    """The default backend: ``"triton"`` (CUDA or interpreter) or ``"torch"``."""
+    return BACKEND
+
+
+__all__ = [
+    "BACKEND",
+    "BACKENDS",
+    "DEVICE",
+    "INFO",
+    "BackendInfo",
+    "backend_name",
+    "choose_num_splits",
+    "copy_blocks",
+    "copy_blocks_reference",
+    "paged_attention",
+    "paged_attention_reference",
+    "paged_attention_torch",
+    "write_kv",
+    "write_kv_reference",
+]

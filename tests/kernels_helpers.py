@@ -1,0 +1,98 @@
+"""Shared helpers for the kernel tests (tests/test_kernels_*.py): builders, tolerances.
+
+Not a conftest: the project's tests/conftest.py registers the hypothesis profiles
+(``ci``, ``dev``); these helpers only read whichever profile is loaded.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from hypothesis import HealthCheck, settings
+
+import kernels
+
+# Relative error bounds: ||out - ref|| / ||ref||, as the issue states them.
+REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+#: backends to run every kernel test on: the default one, plus torch when it differs.
+BACKENDS = ["torch"] + (["triton"] if kernels.INFO.triton_installed else [])
+
+
+def kernel_settings(max_examples: int) -> settings:
+    """At most ``max_examples`` examples (fewer if the loaded profile asks for fewer);
+    no deadline, since the Triton interpreter is slow and its speed varies."""
+    return settings(
+        max_examples=min(max_examples, settings.default.max_examples),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in fp64 (NaN anywhere in ``out`` gives NaN, which fails)."""
+    out64, ref64 = out.double().cpu(), ref.double().cpu()
+    return float((out64 - ref64).norm() / ref64.norm())
+
+
+@dataclass(slots=True)
+class PagedBatch:
+    """Random decode-attention inputs over a cache whose blocks are shuffled."""
+
+    q: torch.Tensor  # [S, H, D]
+    k_cache: torch.Tensor  # [B, BS, KVH, D]
+    v_cache: torch.Tensor  # [B, BS, KVH, D]
+    block_tables: torch.Tensor  # int32 [S, MB], -1 past each sequence's last block
+    seq_lens: torch.Tensor  # int32 [S]
+
+
+def make_paged_batch(
+    seq_lens: list[int],
+    num_kv_heads: int,
+    group: int,
+    head_dim: int,
+    block_size: int,
+    dtype: torch.dtype,
+    seed: int,
+    spare_blocks: int = 3,
+    device: str = kernels.DEVICE,
+) -> PagedBatch:
+    """Fresh random q/K/V (never zeros); each sequence's blocks scattered through the cache.
+
+    ``spare_blocks`` extra blocks hold random data no table points at, so a kernel
+    that reads the wrong block gets a wrong answer rather than a lucky zero.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    needed = [-(-n // block_size) for n in seq_lens]
+    num_blocks = sum(needed) + spare_blocks
+    max_blocks = max(needed) + rng.randint(0, 2)  # tables may be wider than needed
+    perm = list(range(num_blocks))
+    rng.shuffle(perm)
+    tables = torch.full((len(seq_lens), max_blocks), -1, dtype=torch.int32)
+    it = iter(perm)
+    for s, nb in enumerate(needed):
+        for b in range(nb):
+            tables[s, b] = next(it)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype=dtype, device=device)
+
+    num_heads = num_kv_heads * group
+    return PagedBatch(
+        q=rand(len(seq_lens), num_heads, head_dim),
+        k_cache=rand(num_blocks, block_size, num_kv_heads, head_dim),
+        v_cache=rand(num_blocks, block_size, num_kv_heads, head_dim),
+        block_tables=tables.to(device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+    )
+
+
+def device_for(backend_name: str) -> str:
+    """Where a backend's tensors must live (the triton interpreter wants CPU tensors)."""
+    if backend_name == "triton":
+        return kernels.DEVICE
+    return "cuda" if torch.cuda.is_available() else "cpu"
