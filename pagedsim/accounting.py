@@ -75,11 +75,8 @@ def account(
     was not told them at allocation.
     """
     usage = allocator.usage(final_lens)
-    holes = allocator.free_runs()
-    free_total = sum(holes)
-    external = 0
-    if next_need_slots is not None and next_need_slots > 0:
-        external = sum(h for h in holes if h < next_need_slots)
+    free_total = allocator.num_free_slots
+    external = allocator.external_frag_slots(next_need_slots)
     return SlotAccount(
         token=usage.token_slots,
         reserved=usage.reserved_slots,

@@ -122,6 +122,12 @@ class Allocator(Protocol):
 
     def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage: ...
 
+    @property
+    def num_free_slots(self) -> int: ...
+
+    def external_frag_slots(self, need_slots: int | None) -> int:
+        """Free slots in holes too small for an allocation of ``need_slots`` slots."""
+
     def free_runs(self) -> list[int]:
         """Sizes (slots) of the free holes, each usable as one unit of allocation."""
 

@@ -297,6 +297,16 @@ class ContiguousAllocator:
         """Free holes as ``(start_slot, size_slots)``, by address."""
         return self._arena.holes()
 
+    @property
+    def num_free_slots(self) -> int:
+        return sum(size for _, size in self._arena.holes())
+
+    def external_frag_slots(self, need_slots: int | None) -> int:
+        """Free slots in holes smaller than ``need_slots`` (0 when nobody waits)."""
+        if not need_slots:
+            return 0
+        return sum(size for _, size in self._arena.holes() if size < need_slots)
+
     def free_runs(self) -> list[int]:
         return [size for _, size in self._arena.holes()]
 

@@ -359,6 +359,14 @@ class PagedAllocator:
             logical_blocks=self._num_logical_blocks,
         )
 
+    @property
+    def num_free_slots(self) -> int:
+        return len(self._free) * self.block_size
+
+    def external_frag_slots(self, need_slots: int | None) -> int:
+        """Always 0: any free block serves any sequence."""
+        return 0
+
     def free_runs(self) -> list[int]:
         """Every free block is a usable hole of ``block_size`` slots."""
         return [self.block_size] * len(self._free)

@@ -1,0 +1,407 @@
+"""Iteration-level continuous batching (as Orca and vLLM do it), over any allocator.
+
+Every step the scheduler:
+
+1. applies what the previous step decided: frees finished requests and dropped beams,
+   forks new samples/beams (children share the parent's blocks when paged);
+2. decodes one token for every running sequence, oldest request first; when an append
+   cannot get memory it preempts whole requests, newest first (``recompute``: free and
+   requeue at the front of the queue; ``swap``: move its blocks to a CPU pool);
+3. if nothing was preempted, brings swapped requests back, oldest first;
+4. if nothing is still swapped out, admits waiting requests in arrival order (FCFS)
+   while memory (paged: keeping a watermark of free blocks, as vLLM does),
+   ``max_num_seqs`` and ``max_num_batched_tokens`` allow, and prefills them;
+5. counts the sampled token of every group and decides what happens next step
+   (finish, fork samples after a prefill, which beams survive).
+
+It returns a :class:`~pagedsim.plan.StepPlan`; it never touches K/V data.
+
+Parallel sampling (``n`` > 1): the prompt is prefilled once, then forked n-1 times;
+paged allocation shares the prompt's blocks and copies only the last, partly filled
+one when the samples diverge. Contiguous allocation gives every sample a region of its
+own (held from admission, so the fork cannot fail) and copies the prompt into it.
+
+Beam search (``beam_width`` k): after every step, k survivors are chosen among the
+beams' continuations by :class:`BeamModel`: survivor j's parent is beam i with
+probability proportional to ``decay ** i`` (beam 0 is the best so far). Parents with
+several survivors are forked, parents with none are dropped.
+
+Recomputation after preemption re-prefills each sequence's prompt and generated
+tokens separately, so sharing inside a preempted group is not rebuilt (vLLM v0 only
+recomputes single-sequence groups; we allow it for any and accept the extra memory).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .allocators.base import Allocator, SeqId
+from .allocators.paged import PagedAllocator
+from .errors import OutOfMemoryError
+from .plan import ForkItem, PrefillItem, SequenceGroup, StepPlan
+from .validate import check_choice, check_int
+from .workload import Request
+
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Scheduling limits. Defaults follow vLLM v0."""
+
+    max_num_seqs: int = 256  # sequences decoding in one step
+    max_num_batched_tokens: int = 2048  # prefill tokens + decode tokens in one step
+    watermark: float = 0.01  # paged: fraction of blocks kept free at admission
+    preemption: str = "recompute"  # or "swap"
+    cpu_swap_slots: int = 0  # CPU pool for swapping, in token slots (0 = no swapping room)
+    beam_decay: float = 0.5  # beam search parent model, see BeamModel
+    seed: int = 0  # beam search randomness
+
+    def __post_init__(self) -> None:
+        check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
+        if not 0 <= self.watermark < 1:
+            raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
+        check_choice("preemption", self.preemption, PREEMPTION_MODES)
+        check_int("cpu_swap_slots", self.cpu_swap_slots, minimum=0)
+        if not 0 < self.beam_decay <= 1:
+            raise ValueError(f"beam_decay must be in (0, 1], got {self.beam_decay!r}")
+        check_int("seed", self.seed, minimum=0)
+
+
+class BeamModel:
+    """Which beams' continuations survive a step: a seeded stand-in for real scores.
+
+    Each of the k survivors picks its parent independently, beam i with probability
+    proportional to ``decay ** i``. With decay 0.5 and k = 4 the best beam parents
+    about half the survivors, so beams keep merging into few lineages, as real beam
+    search does; decay 1 makes every beam equally likely.
+    """
+
+    def __init__(self, decay: float, seed: int) -> None:
+        self.decay = decay
+        self.rng = np.random.default_rng(seed)
+        self._probs: dict[int, np.ndarray] = {}
+
+    def parents(self, width: int) -> list[int]:
+        """For each survivor, the index of its parent beam (sorted: best parent first)."""
+        p = self._probs.get(width)
+        if p is None:
+            w = self.decay ** np.arange(width)
+            p = self._probs[width] = w / w.sum()
+        return sorted(self.rng.choice(width, size=width, p=p).tolist())
+
+
+class Scheduler:
+    """FCFS continuous batching over ``allocator``; one :meth:`schedule` call per step."""
+
+    def __init__(self, allocator: Allocator, config: SchedulerConfig | None = None) -> None:
+        self.allocator = allocator
+        self.config = config or SchedulerConfig()
+        self.paged = isinstance(allocator, PagedAllocator)
+        self.watermark_blocks = (
+            int(self.config.watermark * allocator.num_blocks) if self.paged else 0
+        )
+        self.beams = BeamModel(self.config.beam_decay, self.config.seed)
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []
+        self.swapped: deque[SequenceGroup] = deque()
+        self.groups: dict[int, SequenceGroup] = {}  # every request ever added
+        self.cpu_used_slots = 0
+        self.step_index = 0
+        self._next_seq = 0
+        self._to_free: list[SeqId] = []  # released at the start of the next step
+        self._placeholders: dict[SeqId, SeqId] = {}  # contiguous: child -> region held for it
+        self._children: dict[int, list[SeqId]] = {}  # request id -> samples to fork
+        self.num_preemptions = 0
+        self.num_swaps_out = 0
+        self.num_swaps_in = 0
+        self.num_cow_copies = 0
+
+    # ---------------------------------------------------------------- requests
+    def add_request(self, request: Request) -> SequenceGroup:
+        if request.request_id in self.groups:
+            raise ValueError(f"request id {request.request_id} added twice")
+        group = SequenceGroup(request, [self._new_seq_id()])
+        self.groups[request.request_id] = group
+        self.waiting.append(group)
+        return group
+
+    def add_requests(self, requests: Iterable[Request]) -> None:
+        for r in requests:
+            self.add_request(r)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped or self._to_free)
+
+    def _new_seq_id(self) -> int:
+        self._next_seq += 1
+        return self._next_seq
+
+    def next_need_slots(self) -> int | None:
+        """Slots the head of the waiting queue would take (external-fragmentation test)."""
+        if not self.waiting:
+            return None
+        g = self.waiting[0]
+        return self.allocator.slots_needed(
+            g.request.prompt_len + g.num_output, g.kv_final_len
+        )
+
+    # -------------------------------------------------------------------- step
+    def schedule(self, now_s: float = 0.0) -> StepPlan:
+        """Decide one step and update the allocator; see the module docstring."""
+        self.step_index += 1
+        plan = StepPlan(step=self.step_index)
+        alloc = self.allocator
+
+        # 1. What the previous step decided.
+        for seq_id in self._to_free:
+            alloc.free(seq_id)
+        plan.frees.extend(self._to_free)
+        self._to_free = []
+        for group in self.running:
+            if group.pending_frees:
+                for seq_id in group.pending_frees:
+                    alloc.free(seq_id)
+                plan.frees.extend(group.pending_frees)
+                group.pending_frees = []
+            if group.pending_forks:
+                for parent, child in group.pending_forks:
+                    held = self._placeholders.pop(child, None)
+                    if held is not None:
+                        alloc.free(held)
+                    plan.forks.append(ForkItem(parent, child, alloc.fork(parent, child)))
+                group.pending_forks = []
+
+        # 2. Decode, preempting the newest requests when memory runs out.
+        queue = deque(self.running)
+        self.running = []
+        victims: list[SequenceGroup] = []
+        while queue:
+            group = queue.popleft()
+            while not alloc.can_append_all(group.seq_ids):
+                victim = queue.pop() if queue else group
+                self._preempt(victim, plan)
+                victims.append(victim)
+                if victim is group:
+                    break
+            else:
+                self._decode(group, plan)
+                self.running.append(group)
+
+        # 3. Swapped requests come back first, oldest first.
+        if not victims:
+            while self.swapped and self._can_swap_in(self.swapped[0]):
+                self._swap_in(self.swapped.popleft(), plan)
+
+        # 4. Admission, FCFS.
+        if not victims and not self.swapped:
+            self._admit(plan, now_s)
+        # Recompute victims go back to the front of the queue, oldest first.
+        for victim in sorted(victims, key=lambda g: g.request.arrival_s, reverse=True):
+            if victim.status == "waiting":
+                self.waiting.appendleft(victim)
+
+        if plan.is_empty and not self.running and not self.swapped and self.waiting:
+            self._check_can_ever_run(self.waiting[0])
+
+        # 5. Count the sampled tokens and decide what the next step does.
+        self._after_sampling(plan, now_s)
+        return plan
+
+    # --------------------------------------------------------------- decoding
+    def _decode(self, group: SequenceGroup, plan: StepPlan) -> None:
+        append = self.allocator.append_slot
+        for seq_id in group.seq_ids:
+            slot, copy = append(seq_id)
+            if copy is not None:
+                plan.cow_copies.append(copy)
+            plan.decode_seq_ids.append(seq_id)
+            plan.decode_slots.append(slot)
+        rid = group.request.request_id
+        plan.decode_request_ids.append(rid)
+        plan.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len + group.num_output)
+        plan.num_batched_requests += 1
+
+    def _after_sampling(self, plan: StepPlan, now_s: float) -> None:
+        """Every group that ran this step sampled one more token (all its sequences)."""
+        rids = dict.fromkeys(p.request_id for p in plan.prefills)
+        rids.update(dict.fromkeys(plan.decode_request_ids))
+        any_finished = False
+        for rid in rids:
+            group = self.groups[rid]
+            group.num_output += 1
+            if group.first_token_s is None:
+                group.first_token_s = now_s
+            if group.num_output >= group.request.output_len:
+                self._finish(group, plan)
+                any_finished = True
+            elif len(group.seq_ids) < group.width:  # the prompt's first sampled tokens
+                parent = group.seq_ids[0]
+                for child in self._children.pop(rid):
+                    group.pending_forks.append((parent, child))
+                    group.seq_ids.append(child)
+            elif group.request.beam_width > 1:
+                self._select_beams(group)
+        if any_finished:
+            self.running = [g for g in self.running if g.status != "finished"]
+
+    def _select_beams(self, group: SequenceGroup) -> None:
+        parents = self.beams.parents(len(group.seq_ids))
+        counts = [0] * len(group.seq_ids)
+        for i in parents:
+            counts[i] += 1
+        survivors: list[SeqId] = []
+        forks: list[tuple[SeqId, SeqId]] = []
+        for i, seq_id in enumerate(group.seq_ids):
+            if counts[i] == 0:
+                group.pending_frees.append(seq_id)
+                continue
+            survivors.append(seq_id)
+            for _ in range(counts[i] - 1):
+                child = self._new_seq_id()
+                forks.append((seq_id, child))
+                survivors.append(child)
+        group.pending_forks.extend(forks)
+        group.seq_ids = survivors
+
+    def _finish(self, group: SequenceGroup, plan: StepPlan) -> None:
+        group.status = "finished"
+        self._to_free.extend(group.seq_ids)
+        # Samples never forked (a one-token output) give back the regions held for them.
+        for child in self._children.pop(group.request.request_id, []):
+            held = self._placeholders.pop(child, None)
+            if held is not None:
+                self._to_free.append(held)
+        plan.finished.append(group.request.request_id)
+
+    # ------------------------------------------------------------- preemption
+    def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
+        self.num_preemptions += 1
+        group.num_preemptions += 1
+        plan.preempted.append(group.request.request_id)
+        slots = self._swap_slots(group)
+        if (
+            self.config.preemption == "swap"
+            and self.cpu_used_slots + slots <= self.config.cpu_swap_slots
+        ):
+            swapped = self.allocator.swap_out(group.seq_ids)
+            self.cpu_used_slots += swapped.cpu_slots
+            group.swapped = swapped
+            group.status = "swapped"
+            plan.swap_outs.append(swapped)
+            self.swapped.append(group)
+            self.num_swaps_out += 1
+        else:  # recompute (also when the CPU pool is full)
+            for seq_id in group.seq_ids:
+                self.allocator.free(seq_id)
+            plan.frees.extend(group.seq_ids)
+            group.status = "waiting"
+
+    def _swap_slots(self, group: SequenceGroup) -> int:
+        """CPU slots a swap-out of the group would take (shared blocks once)."""
+        alloc = self.allocator
+        if self.paged:
+            blocks = {b for s in group.seq_ids for b in alloc.block_table(s)}
+            return len(blocks) * alloc.block_size
+        return sum(alloc.seq_len(s) for s in group.seq_ids)
+
+    def _can_swap_in(self, group: SequenceGroup) -> bool:
+        assert group.swapped is not None
+        if self._num_running_seqs() + len(group.seq_ids) > self.config.max_num_seqs:
+            return False
+        if self.paged:
+            need = group.swapped.state["num_blocks"]
+            return self.allocator.num_free_blocks - need >= self.watermark_blocks
+        return self.allocator.can_swap_in(group.swapped)
+
+    def _swap_in(self, group: SequenceGroup, plan: StepPlan) -> None:
+        assert group.swapped is not None
+        copies = self.allocator.swap_in(group.swapped)
+        plan.swap_ins.append((group.swapped, copies))
+        self.cpu_used_slots -= group.swapped.cpu_slots
+        group.swapped = None
+        group.status = "running"
+        self.running.append(group)
+        self.num_swaps_in += 1
+
+    # -------------------------------------------------------------- admission
+    def _num_running_seqs(self) -> int:
+        return sum(len(g.seq_ids) for g in self.running)
+
+    def _admit(self, plan: StepPlan, now_s: float) -> None:
+        cfg = self.config
+        num_seqs = self._num_running_seqs()
+        budget = cfg.max_num_batched_tokens - len(plan.decode_seq_ids)
+        while self.waiting:
+            group = self.waiting[0]
+            recompute = group.num_output > 0
+            width = len(group.seq_ids) if recompute else group.width
+            num_tokens = group.request.prompt_len + group.num_output
+            prefill_tokens = num_tokens * (len(group.seq_ids) if recompute else 1)
+            if num_seqs + width > cfg.max_num_seqs or prefill_tokens > budget:
+                break
+            if not self._allocate_group(group, num_tokens, recompute):
+                break
+            self.waiting.popleft()
+            group.status = "running"
+            if group.first_scheduled_s is None:
+                group.first_scheduled_s = now_s
+            for seq_id in group.seq_ids:
+                plan.prefills.append(
+                    PrefillItem(group.request.request_id, seq_id, num_tokens, recompute)
+                )
+            plan.num_prefill_tokens += prefill_tokens
+            plan.num_batched_requests += 1
+            self.running.append(group)
+            num_seqs += width
+            budget -= prefill_tokens
+
+    def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool) -> bool:
+        """All the memory the group needs now, or nothing (returns False)."""
+        alloc = self.allocator
+        final = group.kv_final_len
+        if self.paged:
+            need = alloc.blocks_needed(num_tokens) * (len(group.seq_ids) if recompute else 1)
+            if alloc.num_free_blocks - need < self.watermark_blocks:
+                return False
+        taken: list[SeqId] = []
+        try:
+            if recompute:
+                for seq_id in group.seq_ids:
+                    alloc.allocate(seq_id, num_tokens, final)
+                    taken.append(seq_id)
+            else:
+                alloc.allocate(group.seq_ids[0], num_tokens, final)
+                taken.append(group.seq_ids[0])
+                children = [self._new_seq_id() for _ in range(group.width - 1)]
+                if not self.paged:  # hold the forked samples' regions from the start
+                    for child in children:
+                        held = ("held-for", child)
+                        alloc.allocate(held, 0, final)
+                        taken.append(held)
+                        self._placeholders[child] = held
+                self._children[group.request.request_id] = children
+        except OutOfMemoryError:
+            for seq_id in reversed(taken):
+                alloc.free(seq_id)
+                for child, held in list(self._placeholders.items()):
+                    if held == seq_id:
+                        del self._placeholders[child]
+            self._children.pop(group.request.request_id, None)
+            return False
+        return True
+
+    def _check_can_ever_run(self, group: SequenceGroup) -> None:
+        """Nothing runs and the head of the queue still cannot start: it never will."""
+        if self.allocator.num_seqs == 0:
+            r = group.request
+            raise ValueError(
+                f"request {r.request_id} (prompt {r.prompt_len} + output {r.output_len} "
+                f"tokens, width {group.width}) can never be scheduled: it does not fit an "
+                f"empty pool of {self.allocator.capacity_slots} slots under these limits"
+            )
