@@ -13,10 +13,31 @@ from .allocators import (
     SwappedGroup,
 )
 from .budget import KVBudget, kv_budget
+from .cost import CostModel
 from .errors import OutOfMemoryError, PagedSimError
+from .scheduler import Scheduler, SchedulerConfig
+from .schemes import DEFAULT_SCHEMES, make_allocator
+from .simulator import SimResult, simulate
 from .specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu, get_model
+from .traces import Trace, TraceError, load_trace, save_trace
+from .workload import Request, WorkloadConfig, generate_workload, summarize_workload
 
 __all__ = [
+    "DEFAULT_SCHEMES",
+    "CostModel",
+    "Request",
+    "Scheduler",
+    "SchedulerConfig",
+    "SimResult",
+    "Trace",
+    "TraceError",
+    "WorkloadConfig",
+    "generate_workload",
+    "load_trace",
+    "make_allocator",
+    "save_trace",
+    "simulate",
+    "summarize_workload",
     "CATEGORIES",
     "Allocator",
     "ContiguousAllocator",
