@@ -235,6 +235,8 @@ def paged_attention_torch(
     valid = torch.arange(context, device=q.device)[None, :] < seq_lens[:, None].long()  # [S, T]
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
+    # Slots past seq_len may hold anything, NaN included (0 * NaN = NaN): zero them.
+    v = v.masked_fill(~valid[:, :, None, None], 0.0)
     o = torch.einsum("skgt,stkd->skgd", probs, v)  # [S, KVH, G, D]
     return o.reshape(num_seqs, num_heads, head_dim).to(q.dtype)
 

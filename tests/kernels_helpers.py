@@ -62,6 +62,8 @@ def make_paged_batch(
 ) -> PagedBatch:
     """Fresh random q/K/V (never zeros); each sequence's blocks scattered through the cache.
 
+    Slots past each sequence's length in its last block hold NaN.
+
     ``spare_blocks`` extra blocks hold random data no table points at, so a kernel
     that reads the wrong block gets a wrong answer rather than a lucky zero.
     """
@@ -82,10 +84,18 @@ def make_paged_batch(
         return torch.randn(*shape, generator=gen).to(dtype=dtype, device=device)
 
     num_heads = num_kv_heads * group
+    k_cache = rand(num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache = rand(num_blocks, block_size, num_kv_heads, head_dim)
+    # The unused tail of each last block is NaN: a kernel that reads past seq_len fails.
+    for s, n in enumerate(seq_lens):
+        if n % block_size:
+            last = int(tables[s, (n - 1) // block_size])
+            k_cache[last, n % block_size:] = float("nan")
+            v_cache[last, n % block_size:] = float("nan")
     return PagedBatch(
         q=rand(len(seq_lens), num_heads, head_dim),
-        k_cache=rand(num_blocks, block_size, num_kv_heads, head_dim),
-        v_cache=rand(num_blocks, block_size, num_kv_heads, head_dim),
+        k_cache=k_cache,
+        v_cache=v_cache,
         block_tables=tables.to(device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
     )

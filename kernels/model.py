@@ -1,0 +1,346 @@
+"""A small Llama-style decoder that generates through a paged (or contiguous) KV cache.
+
+RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU MLP; sizes from
+:class:`ModelConfig`, random weights from a seed (it generates nonsense, but the
+*same* nonsense whichever cache it runs on, which is what the tests need).
+
+Three ways to run it:
+
+- step by step, as a serving engine's executor would from a scheduler's plan:
+  ``prefill(cache, seq_ids, token_ids)`` writes each prompt's K/V into the cache
+  (attention by ``scaled_dot_product_attention``, causal) and returns the last
+  token's logits; ``decode(cache, seq_ids, token_ids)`` appends one token per
+  sequence (copy-on-write handled by the cache) and attends with ``paged_attention``;
+  forks, frees, copies and swaps are the cache's own methods;
+- ``generate(cache, prompt, max_new_tokens, n, temperature, seed)``: prefill once,
+  fork ``n - 1`` children (parallel sampling), decode;
+- ``generate_dense(...)``: the reference, recomputing the whole sequence with plain
+  matmul attention at every step, no cache at all.
+
+Shapes: T tokens, H query heads, KVH kv heads, D head_dim, E hidden size, V vocab.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .backend import DEVICE
+from .kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache
+
+SeqId = Hashable
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """Decoder sizes. ``num_heads * head_dim`` need not equal ``hidden_size``."""
+
+    vocab_size: int = 512
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 32
+    intermediate_size: int = 256
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    dtype: torch.dtype = torch.float32
+    device: str = DEVICE
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "head_dim", "intermediate_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
+                             f"num_kv_heads ({self.num_kv_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.rope_theta <= 0 or self.rms_norm_eps <= 0:
+            raise ValueError("rope_theta and rms_norm_eps must be positive")
+
+
+@dataclass(slots=True)
+class Generation:
+    """What ``generate`` produced: ``n`` samples of new tokens and every step's logits."""
+
+    token_ids: list[list[int]]  # [n][max_new_tokens] new tokens (prompt excluded)
+    logits: list[torch.Tensor] = field(repr=False)  # per step, fp32 CPU [n, V]
+    seq_ids: tuple[SeqId, ...] = ()  # the cache's ids for the samples (empty for dense)
+
+
+@dataclass(slots=True)
+class _Layer:
+    attn_norm: torch.Tensor  # [E]
+    wq: torch.Tensor  # [E, H*D]
+    wk: torch.Tensor  # [E, KVH*D]
+    wv: torch.Tensor  # [E, KVH*D]
+    wo: torch.Tensor  # [H*D, E]
+    mlp_norm: torch.Tensor  # [E]
+    w_gate: torch.Tensor  # [E, I]
+    w_up: torch.Tensor  # [E, I]
+    w_down: torch.Tensor  # [I, E]
+
+
+class Sampler:
+    """Greedy (temperature 0) or Gumbel-max sampling from seeded noise.
+
+    argmax(logits / T + Gumbel noise) is an exact sample of softmax(logits / T); drawing
+    the noise from one seeded generator, step after step, makes the cached and the dense
+    paths pick the same tokens whenever their logits agree.
+    """
+
+    def __init__(self, temperature: float, seed: int) -> None:
+        if temperature < 0 or not math.isfinite(temperature):
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.temperature = temperature
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def pick(self, logits: torch.Tensor) -> list[int]:
+        """``logits`` fp32 CPU ``[n, V]`` -> one token id per row."""
+        if self.temperature == 0:
+            return logits.argmax(dim=-1).tolist()
+        u = torch.rand(logits.shape, generator=self.gen, dtype=torch.float64)
+        gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1 - 1e-16)))
+        return (logits.double() / self.temperature + gumbel).argmax(dim=-1).tolist()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x / rms(x) * weight`` computed in fp32; ``x [..., E]``."""
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding (Llama's rotate-half form): ``x [T, heads, D]``, positions int ``[T]``."""
+    d = x.shape[-1]
+    inv_freq = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    angles = positions.float()[:, None] * inv_freq[None, :]  # [T, D/2]
+    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]  # [T, 1, D/2]
+    x1, x2 = x.float()[..., : d // 2], x.float()[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+class Decoder:
+    """The model: weights and the three ways to run them (see the module docstring)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = c = config
+        gen = torch.Generator().manual_seed(c.seed)
+
+        def w(*shape: int, std: float) -> torch.Tensor:
+            return (torch.randn(*shape, generator=gen) * std).to(dtype=c.dtype, device=c.device)
+
+        def norm_weight() -> torch.Tensor:
+            return (1 + 0.1 * torch.randn(c.hidden_size, generator=gen)).to(c.dtype).to(c.device)
+
+        e, qd, kvd, i = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, \
+            c.intermediate_size
+        self.embed = w(c.vocab_size, e, std=1.0)  # [V, E]
+        self.layers = [
+            _Layer(
+                attn_norm=norm_weight(),
+                wq=w(e, qd, std=e ** -0.5), wk=w(e, kvd, std=e ** -0.5),
+                wv=w(e, kvd, std=e ** -0.5), wo=w(qd, e, std=qd ** -0.5),
+                mlp_norm=norm_weight(),
+                w_gate=w(e, i, std=e ** -0.5), w_up=w(e, i, std=e ** -0.5),
+                w_down=w(i, e, std=i ** -0.5),
+            )
+            for _ in range(c.num_layers)
+        ]
+        self.final_norm = norm_weight()
+        # Larger than usual so that logits are well spread: greedy choices are then far
+        # from ties, and a cached run can be compared token for token with the reference.
+        self.lm_head = w(e, c.vocab_size, std=4 * e ** -0.5)  # [E, V]
+        self._request_ids = itertools.count()
+
+    # ----------------------------------------------------------- building blocks
+    def _qkv(self, layer: _Layer, x: torch.Tensor, positions: torch.Tensor):
+        """``x [T, E]`` -> roped ``q [T, H, D]``, roped ``k [T, KVH, D]``, ``v [T, KVH, D]``."""
+        c = self.config
+        h = rms_norm(x, layer.attn_norm, c.rms_norm_eps)
+        q = (h @ layer.wq).view(-1, c.num_heads, c.head_dim)
+        k = (h @ layer.wk).view(-1, c.num_kv_heads, c.head_dim)
+        v = (h @ layer.wv).view(-1, c.num_kv_heads, c.head_dim)
+        return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
+
+    def _finish_layer(self, layer: _Layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Residual + output projection, then the SwiGLU MLP block; ``attn [T, H, D]``."""
+        x = x + attn.reshape(x.shape[0], -1) @ layer.wo
+        h = rms_norm(x, layer.mlp_norm, self.config.rms_norm_eps)
+        return x + (F.silu(h @ layer.w_gate) * (h @ layer.w_up)) @ layer.w_down
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, E]`` -> fp32 ``[T, V]``."""
+        return (rms_norm(x, self.final_norm, self.config.rms_norm_eps) @ self.lm_head).float()
+
+    def _tokens(self, token_ids: Sequence[int]) -> torch.Tensor:
+        ids = torch.tensor(list(token_ids), dtype=torch.int64, device=self.config.device)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
+            raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}")
+        return ids
+
+    def check_cache(self, cache: KVCache) -> None:
+        """The cache must have this model's layers, kv heads, head_dim and dtype."""
+        c, k = self.config, cache.config
+        mine = (c.num_layers, c.num_kv_heads, c.head_dim, c.dtype)
+        theirs = (k.num_layers, k.num_kv_heads, k.head_dim, k.dtype)
+        if mine != theirs:
+            raise ValueError(f"cache (layers, kv heads, head_dim, dtype) = {theirs}, "
+                             f"model needs {mine}")
+
+    def make_cache(self, num_blocks: int, block_size: int = 16, kind: str = "paged",
+                   **contiguous_options) -> KVCache:
+        """A cache shaped for this model: ``kind`` "paged" or "contiguous" (whose options,
+        ``reservation``, ``placement``, ``max_model_len``, are passed on)."""
+        c = self.config
+        config = KVCacheConfig(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks,
+                               block_size, c.dtype, c.device)
+        if kind == "paged":
+            if contiguous_options:
+                raise ValueError(f"options {sorted(contiguous_options)} are for contiguous")
+            return PagedKVCache(config)
+        if kind == "contiguous":
+            return ContiguousKVCache(config, **contiguous_options)
+        raise ValueError(f"kind must be 'paged' or 'contiguous', got {kind!r}")
+
+    # -------------------------------------------------------------- executor steps
+    def prefill(self, cache: KVCache, seq_ids: Sequence[SeqId],
+                token_ids: Sequence[Sequence[int]],
+                final_lens: Sequence[int | None] | None = None) -> torch.Tensor:
+        """Run whole prompts, write their K/V into the cache; fp32 ``[S, V]`` last-token logits.
+
+        A sequence not yet in the cache is added (``final_lens`` go to the allocator);
+        one already there (allocated by an executor) must hold exactly ``len(tokens)``.
+        """
+        self.check_cache(cache)
+        if len(seq_ids) != len(token_ids):
+            raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} prompts")
+        final_lens = final_lens or [None] * len(seq_ids)
+        for seq_id, tokens, final in zip(seq_ids, token_ids, final_lens, strict=True):
+            if not tokens:
+                raise ValueError(f"sequence {seq_id!r}: empty prompt")
+            if seq_id not in cache:
+                cache.add(seq_id, len(tokens), final)
+            elif cache.seq_len(seq_id) != len(tokens):
+                raise ValueError(f"sequence {seq_id!r} holds {cache.seq_len(seq_id)} slots, "
+                                 f"prompt has {len(tokens)} tokens")
+        lens = [len(t) for t in token_ids]
+        x = self.embed[self._tokens([t for seq in token_ids for t in seq])]  # [T, E]
+        positions = torch.cat([torch.arange(n, device=x.device) for n in lens])  # [T]
+        slots = cache.slot_mapping(seq_ids)  # [T]
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, positions)
+            cache.write(li, k, v, slots)
+            attn = torch.cat([self._causal_sdpa(qs, ks, vs) for qs, ks, vs in
+                              zip(q.split(lens), k.split(lens), v.split(lens), strict=True)])
+            x = self._finish_layer(layer, x, attn)
+        last = torch.tensor(list(itertools.accumulate(lens)), device=x.device) - 1
+        return self._logits(x[last]).cpu()
+
+    def _causal_sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One prompt: ``q [T, H, D]``, ``k, v [T, KVH, D]`` -> ``[T, H, D]``."""
+        group = self.config.num_heads // self.config.num_kv_heads
+        k = k.repeat_interleave(group, dim=1)  # [T, H, D]: query head h reads kv head h // G
+        v = v.repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
+                                             v.transpose(0, 1), is_causal=True)  # [H, T, D]
+        return out.transpose(0, 1)
+
+    def decode(self, cache: KVCache, seq_ids: Sequence[SeqId],
+               token_ids: Sequence[int]) -> torch.Tensor:
+        """Feed one new token per sequence; fp32 CPU ``[S, V]`` logits for the next one."""
+        self.check_cache(cache)
+        if len(seq_ids) != len(token_ids):
+            raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} tokens")
+        slots = cache.append_slots(seq_ids)  # [S]; copy-on-write done before any write
+        block_tables, seq_lens = cache.attention_metadata(seq_ids)
+        positions = (seq_lens - 1).long()  # [S] the new token's position
+        x = self.embed[self._tokens(token_ids)]  # [S, E]
+        for li, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, positions)
+            cache.write(li, k, v, slots)
+            x = self._finish_layer(layer, x, cache.attend(li, q, block_tables, seq_lens))
+        return self._logits(x).cpu()
+
+    # ------------------------------------------------------------------ generate
+    def generate(self, prompt_token_ids: Sequence[int], max_new_tokens: int, n: int = 1,
+                 temperature: float = 0.0, seed: int = 0, cache: KVCache | None = None,
+                 keep_in_cache: bool = False) -> Generation:
+        """``n`` continuations of one prompt, each ``max_new_tokens`` tokens long.
+
+        The prompt is prefilled once; then ``n - 1`` children are forked from it
+        (parallel sampling: a paged cache shares the prompt's blocks and copy-on-write
+        splits the last one on the first decode; a contiguous cache copies the prompt).
+        Without ``cache`` a paged cache just big enough is made. The samples' ids are
+        ``(request_number, i)``; they are freed at the end unless ``keep_in_cache``.
+        """
+        if max_new_tokens < 1 or n < 1:
+            raise ValueError("max_new_tokens and n must be >= 1")
+        prompt = list(prompt_token_ids)
+        final_len = len(prompt) + max_new_tokens
+        if cache is None:
+            block_size = 16
+            cache = self.make_cache(n * (-(-final_len // block_size) + 1), block_size)
+        request = next(self._request_ids)
+        seq_ids = tuple((request, i) for i in range(n))
+        sampler = Sampler(temperature, seed)
+
+        logits = self.prefill(cache, seq_ids[:1], [prompt], [final_len])  # [1, V]
+        for child in seq_ids[1:]:
+            cache.fork(seq_ids[0], child)
+        step_logits = [logits.expand(n, -1).clone()]
+        tokens = [[t] for t in sampler.pick(step_logits[-1])]
+        for _ in range(max_new_tokens - 1):
+            step_logits.append(self.decode(cache, seq_ids, [seq[-1] for seq in tokens]))
+            for seq, t in zip(tokens, sampler.pick(step_logits[-1]), strict=True):
+                seq.append(t)
+        if not keep_in_cache:
+            for seq_id in seq_ids:
+                cache.free(seq_id)
+        return Generation(tokens, step_logits, seq_ids)
+
+    # ------------------------------------------------------------------ reference
+    def forward_dense(self, token_ids: Sequence[int]):
+        """Full recompute, no cache: fp32 CPU logits ``[T, V]`` and each layer's ``(k, v)``,
+        ``[T, KVH, D]`` (the K/V a cache should hold for these tokens)."""
+        c = self.config
+        x = self.embed[self._tokens(token_ids)]  # [T, E]
+        t = x.shape[0]
+        positions = torch.arange(t, device=x.device)
+        group = c.num_heads // c.num_kv_heads
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        kvs = []
+        for layer in self.layers:
+            q, k, v = self._qkv(layer, x, positions)
+            kvs.append((k, v))
+            kh = k.float().repeat_interleave(group, dim=1)  # [T, H, D]
+            vh = v.float().repeat_interleave(group, dim=1)
+            scores = torch.einsum("thd,shd->hts", q.float(), kh) / math.sqrt(c.head_dim)
+            probs = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)  # [H, T, T]
+            attn = torch.einsum("hts,shd->thd", probs, vh).to(x.dtype)  # [T, H, D]
+            x = self._finish_layer(layer, x, attn)
+        return self._logits(x).cpu(), kvs
+
+    def generate_dense(self, prompt_token_ids: Sequence[int], max_new_tokens: int, n: int = 1,
+                       temperature: float = 0.0, seed: int = 0) -> Generation:
+        """``generate`` by full recompute: the reference the cached paths must match."""
+        if max_new_tokens < 1 or n < 1:
+            raise ValueError("max_new_tokens and n must be >= 1")
+        sampler = Sampler(temperature, seed)
+        seqs = [list(prompt_token_ids) for _ in range(n)]
+        step_logits = []
+        for _ in range(max_new_tokens):
+            step_logits.append(torch.stack([self.forward_dense(s)[0][-1] for s in seqs]))
+            for seq, t in zip(seqs, sampler.pick(step_logits[-1]), strict=True):
+                seq.append(t)
+        prompt_len = len(prompt_token_ids)
+        return Generation([s[prompt_len:] for s in seqs], step_logits)
