@@ -16,7 +16,7 @@ Nothing is shared: a fork copies the parent's tokens into a region of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ..errors import OutOfMemoryError
 from ..validate import check_choice, check_int
@@ -73,6 +73,9 @@ class ContiguousAllocator:
         else:
             self._arena = Arena(self.capacity_slots, best_fit=self.placement == "best-fit")
         self._regions: dict[SeqId, _Region] = {}
+        #: Called as ``on_release(start_slot, num_slots)`` for every region given back,
+        #: so a real cache can scrub it (see ``kernels.executor``).
+        self.on_release: Callable[[int, int], None] | None = None
 
     # ----------------------------------------------------------------- queries
     @property
@@ -215,6 +218,8 @@ class ContiguousAllocator:
                 f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
             ) from None
         self._arena.free(r.start)
+        if self.on_release is not None:
+            self.on_release(r.start, r.size)
 
     # --------------------------------------------------------------- swapping
     def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
@@ -239,7 +244,7 @@ class ContiguousAllocator:
             start = self._arena.alloc(size)
             if start is None:
                 for s in reversed(starts):  # roll back: frees merge back exactly
-                    self._arena.free(s)
+                    self._arena.free(s)  # (never written: no release to report)
                 return None
             starts.append(start)
         return starts

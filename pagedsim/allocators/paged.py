@@ -19,7 +19,7 @@ simulator calls them millions of times. Names follow vLLM and nano-vllm
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ..errors import OutOfMemoryError
 from ..validate import check_int
@@ -50,6 +50,9 @@ class PagedAllocator:
         self._seqs: dict[SeqId, _Seq] = {}
         self._num_shared_blocks = 0  # blocks with ref count > 1 (accounting's slow path)
         self._num_logical_blocks = 0  # sum of block-table lengths
+        #: Called as ``on_release(start_slot, num_slots)`` for every block that returns to
+        #: the free list, so a real cache can scrub it (see ``kernels.executor``).
+        self.on_release: Callable[[int, int], None] | None = None
 
     # ----------------------------------------------------------------- queries
     @property
@@ -250,6 +253,7 @@ class PagedAllocator:
             ) from None
         ref, free = self._ref, self._free
         table = seq.table
+        hook = self.on_release
         # Walk backwards so a prompt freed and re-allocated gets the same blocks back.
         for i in range(len(table) - 1, -1, -1):
             b = table[i]
@@ -257,6 +261,8 @@ class PagedAllocator:
             ref[b] = r
             if r == 0:
                 free.append(b)
+                if hook is not None:
+                    hook(b * self.block_size, self.block_size)
             elif r == 1:
                 self._num_shared_blocks -= 1
         self._num_logical_blocks -= len(table)
