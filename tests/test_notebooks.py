@@ -45,14 +45,17 @@ def _report_wall_times(request):
     yield
     if not _wall_times:
         return
-    reporter = request.config.pluginmanager.getplugin("terminalreporter")
+    plugins = request.config.pluginmanager
+    reporter, capman = plugins.getplugin("terminalreporter"), plugins.getplugin("capturemanager")
     lines = [f"{name:<40s} {secs:6.1f} s" for name, secs in sorted(_wall_times.items())]
-    if reporter is not None:
+    if reporter is None or capman is None:  # pragma: no cover - unusual plugin set-ups
+        print("\n".join(lines))
+        return
+    with capman.global_and_fixture_disabled():  # so the lines reach the terminal
+        reporter.write_line("")
         reporter.write_sep("-", f"notebook wall times (limit {MAX_WALL_S:.0f} s)")
         for line in lines:
             reporter.write_line(line)
-    else:  # pragma: no cover - e.g. run with -p no:terminal
-        print("\n".join(lines))
 
 
 def _execute(nb, monkeypatch):
