@@ -19,6 +19,8 @@ from .cache_ops import (
     write_kv,
     write_kv_reference,
 )
+from .kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache, SwappedKV
+from .model import Decoder, Generation, ModelConfig
 
 
 def backend_name() -> str:
@@ -32,6 +34,14 @@ __all__ = [
     "DEVICE",
     "INFO",
     "BackendInfo",
+    "ContiguousKVCache",
+    "Decoder",
+    "Generation",
+    "KVCache",
+    "KVCacheConfig",
+    "ModelConfig",
+    "PagedKVCache",
+    "SwappedKV",
     "backend_name",
     "choose_num_splits",
     "copy_blocks",

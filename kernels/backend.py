@@ -42,7 +42,7 @@ class BackendInfo:
 
     name: str  # "triton" or "torch"
     device: str  # "cuda" or "cpu"
-    interpreter: bool  # True when triton kernels run in the CPU interpreter
+    interpreter: bool  # triton kernels (default or asked for per call) run in the interpreter
     triton_installed: bool
     reason: str  # one line, printed by ``python -m kernels``
 
@@ -69,7 +69,7 @@ def _decide() -> BackendInfo:
         os.environ["TRITON_INTERPRET"] = "1"
 
     if requested == "torch":
-        return BackendInfo("torch", device, False, has_triton, f"{ENV_VAR}=torch")
+        return BackendInfo("torch", device, interpreter, has_triton, f"{ENV_VAR}=torch")
     if not has_triton:
         if requested == "triton":
             raise ImportError(f"{ENV_VAR}=triton but triton is not installed")

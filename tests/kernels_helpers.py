@@ -23,10 +23,14 @@ BACKENDS = ["torch"] + (["triton"] if kernels.INFO.triton_installed else [])
 
 
 def kernel_settings(max_examples: int) -> settings:
-    """At most ``max_examples`` examples (fewer if the loaded profile asks for fewer);
-    no deadline, since the Triton interpreter is slow and its speed varies."""
+    """Few examples by default (the Triton interpreter is slow): at most ``max_examples``,
+    fewer if the loaded profile asks for fewer. Under the ``dev`` profile, as many as
+    it asks for. No deadline: interpreter speed varies with the machine's load."""
+    profile_examples = settings.default.max_examples
+    if settings.get_current_profile_name() != "dev":
+        profile_examples = min(max_examples, profile_examples)
     return settings(
-        max_examples=min(max_examples, settings.default.max_examples),
+        max_examples=profile_examples,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )

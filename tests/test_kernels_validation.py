@@ -160,3 +160,28 @@ def test_default_backend_reports_itself() -> None:
         assert kernels.INFO.interpreter == (not torch.cuda.is_available())
     else:
         assert kernels.BACKEND == "torch"
+
+
+def test_without_triton_the_torch_backend_works() -> None:
+    # As on macOS: triton cannot be imported (a None entry in sys.modules blocks it).
+    code = "\n".join([
+        "import sys; sys.modules['triton'] = None",
+        "import torch, kernels",
+        "from kernels.model import Decoder, ModelConfig",
+        "assert kernels.BACKEND == 'torch' and not kernels.INFO.triton_installed",
+        "m = Decoder(ModelConfig(device='cpu'))",
+        "g = m.generate([1, 2, 3], 3, n=2)",
+        "d = m.generate_dense([1, 2, 3], 3, n=2)",
+        "assert g.token_ids == d.token_ids, (g.token_ids, d.token_ids)",
+        "try:",
+        "    kernels.backend.resolve('triton')",
+        "except ValueError:",
+        "    print('refused')",
+    ])
+    env = {k: v for k, v in os.environ.items() if k != "PAGEDSIM_KERNEL_BACKEND"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "refused"
+    notes = [ln for ln in done.stderr.splitlines() if "triton is not installed" in ln]
+    assert len(notes) == 1  # one clear line, once

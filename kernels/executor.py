@@ -1,0 +1,172 @@
+"""The real executor: carry out the scheduler's step plans on a decoder and a KV cache.
+
+The simulator's executor only advances a cost model. This one runs the small Llama-style
+decoder (:class:`kernels.model.Decoder`) for real: prefills write K/V through
+``write_kv``, decodes read it through ``paged_attention``, copy-on-write and contiguous
+fork copies run through ``copy_blocks``, swaps move tensors to the CPU and back. The
+scheduler and the cache share *one* allocator object, so every block id the scheduler
+hands out is the block the kernels read and write.
+
+Freed memory is scrubbed: the allocator reports every released run of slots
+(``on_release``) and the executor refills it with the NaN sentinel before anything
+else writes there. So at every step, the slots that are not NaN are exactly the slots
+holding a live token's K/V, which :mod:`kernels.measure` counts and holds against the
+simulator's accounting.
+
+Order of work in a step (see :mod:`pagedsim.plan`): read swap-outs to the CPU, scrub
+released memory, fork copies, copy-on-write copies, swap-ins, then the model (prefills,
+then decodes). Scrubbing comes after the swap-out reads (they need the data) and before
+every write (released memory may already be handed out again this step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import torch
+
+from pagedsim.plan import StepPlan
+from pagedsim.scheduler import Scheduler
+
+from .kv_cache import KVCache
+from .model import Decoder
+
+SeqId = Hashable
+
+
+class RealExecutor:
+    """Runs plans on ``decoder`` with ``cache``; build the scheduler on ``cache.allocator``.
+
+    Prompt token ids are drawn per request from a generator seeded with
+    ``(seed, request_id)``; new tokens are sampled at ``temperature`` (0 = greedy) from
+    a seeded generator, so a run is reproducible.
+    """
+
+    def __init__(self, decoder: Decoder, cache: KVCache, seed: int = 0,
+                 temperature: float = 1.0) -> None:
+        decoder.check_cache(cache)
+        self.decoder = decoder
+        self.cache = cache
+        self.seed = seed
+        self.temperature = temperature
+        self.gen = torch.Generator().manual_seed(seed)
+        self.tokens: dict[SeqId, list[int]] = {}  # token ids whose K/V is in the cache
+        self.pending: dict[SeqId, int] = {}  # sampled, K/V written by the next decode
+        self.last_logits: dict[SeqId, torch.Tensor] = {}  # fp32 CPU [V]
+        self.swapped: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self._released: list[tuple[int, int]] = []  # (start_slot, num_slots)
+        cache.allocator.on_release = self._on_release
+        self.num_steps = 0
+
+    def _on_release(self, start_slot: int, num_slots: int) -> None:
+        self._released.append((start_slot, num_slots))
+
+    # ---------------------------------------------------------------- helpers
+    def _flat(self, t: torch.Tensor) -> torch.Tensor:
+        c = self.cache.config
+        return t.view(c.num_blocks * c.block_size, c.num_kv_heads, c.head_dim)  # [slots, KVH, D]
+
+    def _prompt(self, request_id: int, prompt_len: int) -> list[int]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + request_id)
+        vocab = self.decoder.config.vocab_size
+        return torch.randint(0, vocab, (prompt_len,), generator=g).tolist()
+
+    def _sample(self, logits: torch.Tensor) -> int:
+        """One token from fp32 ``[V]`` logits."""
+        if self.temperature == 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits / self.temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=self.gen))
+
+    def _slot_index(self, runs: list[tuple[int, int]]) -> torch.Tensor:
+        idx = [s for start, n in runs for s in range(start, start + n)]
+        return torch.tensor(idx, dtype=torch.int64, device=self.cache.config.device)
+
+    # ------------------------------------------------------------------- step
+    def on_step(self, scheduler: Scheduler, plan: StepPlan) -> None:
+        """Hook for :func:`pagedsim.simulate` (``on_step=executor.on_step``)."""
+        self.execute(scheduler, plan)
+
+    @torch.no_grad()
+    def execute(self, scheduler: Scheduler, plan: StepPlan) -> None:
+        """Carry out one plan; the scheduler has already updated the allocator."""
+        cache = self.cache
+        self.num_steps += 1
+        # 1. Swap-outs: read the K/V out before the scrub (the blocks are already free).
+        for group in plan.swap_outs:
+            src = self._slot_index([(c.src_slot, c.num_slots) for c in group.out_copies])
+            dst = torch.tensor([c.dst_slot + i for c in group.out_copies
+                                for i in range(c.num_slots)], dtype=torch.int64)
+            shape = (group.cpu_slots, cache.config.num_kv_heads, cache.config.head_dim)
+            ks, vs = [], []
+            for k_cache, v_cache in zip(cache.k_caches, cache.v_caches, strict=True):
+                k_cpu = torch.full(shape, float("nan"), dtype=cache.config.dtype)
+                v_cpu = torch.full(shape, float("nan"), dtype=cache.config.dtype)
+                k_cpu[dst] = self._flat(k_cache)[src].cpu()
+                v_cpu[dst] = self._flat(v_cache)[src].cpu()
+                ks.append(k_cpu)
+                vs.append(v_cpu)
+            self.swapped[id(group)] = (ks, vs)
+        # 2. Scrub everything released since the last step.
+        if self._released:
+            idx = self._slot_index(self._released)
+            for k_cache, v_cache in zip(cache.k_caches, cache.v_caches, strict=True):
+                self._flat(k_cache)[idx] = float("nan")
+                self._flat(v_cache)[idx] = float("nan")
+            self._released.clear()
+        # 3. Forks: the child gets the parent's tokens (copied if contiguous) and samples
+        #    its own next token from the parent's last logits.
+        for fork in plan.forks:
+            cache.run_copies(fork.copies)
+            self.tokens[fork.child_id] = list(self.tokens[fork.parent_id])
+            logits = self.last_logits[fork.parent_id]
+            self.last_logits[fork.child_id] = logits
+            self.pending[fork.child_id] = self._sample(logits)
+        # 4. Copy-on-write copies of this step's appends.
+        cache.run_copies(plan.cow_copies)
+        # 5. Swap-ins: CPU buffers into the new slots.
+        for group, copies in plan.swap_ins:
+            ks, vs = self.swapped.pop(id(group))
+            src = torch.tensor([c.src_slot + i for c in copies for i in range(c.num_slots)],
+                               dtype=torch.int64)
+            dst = self._slot_index([(c.dst_slot, c.num_slots) for c in copies])
+            for layer, (k_cache, v_cache) in enumerate(zip(cache.k_caches, cache.v_caches,
+                                                           strict=True)):
+                self._flat(k_cache)[dst] = ks[layer][src].to(k_cache.device)
+                self._flat(v_cache)[dst] = vs[layer][src].to(v_cache.device)
+        # 6. The model: prefills (new prompts, or prompt + generated tokens to recompute).
+        if plan.prefills:
+            seq_ids, token_lists = [], []
+            for item in plan.prefills:
+                if item.recompute:
+                    toks = self.tokens[item.seq_id] + [self.pending[item.seq_id]]
+                else:
+                    group = scheduler.groups[item.request_id]
+                    toks = self._prompt(item.request_id, group.request.prompt_len)
+                if len(toks) != item.num_tokens:
+                    raise AssertionError(f"sequence {item.seq_id!r}: plan says "
+                                         f"{item.num_tokens} tokens, executor has {len(toks)}")
+                seq_ids.append(item.seq_id)
+                token_lists.append(toks)
+            logits = self.decoder.prefill(cache, seq_ids, token_lists)  # [S, V]
+            for seq_id, toks, row in zip(seq_ids, token_lists, logits, strict=True):
+                self.tokens[seq_id] = toks
+                self.last_logits[seq_id] = row
+                self.pending[seq_id] = self._sample(row)
+        # 7. Decodes: each sequence's pending token goes into the slot the plan gave it.
+        if plan.decode_seq_ids:
+            ids = plan.decode_seq_ids
+            toks = [self.pending[s] for s in ids]
+            slots = torch.tensor(plan.decode_slots, dtype=torch.int64,
+                                 device=cache.config.device)
+            logits = self.decoder.decode(cache, ids, toks, slots=slots)  # [S, V]
+            for seq_id, tok, row in zip(ids, toks, logits, strict=True):
+                self.tokens[seq_id].append(tok)
+                self.last_logits[seq_id] = row
+                self.pending[seq_id] = self._sample(row)
+        # Forget finished requests' sequences (their memory is freed next step).
+        for rid in plan.finished:
+            for seq_id in scheduler.groups[rid].seq_ids:
+                self.tokens.pop(seq_id, None)
+                self.pending.pop(seq_id, None)
+                self.last_logits.pop(seq_id, None)

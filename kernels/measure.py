@@ -1,0 +1,372 @@
+"""Measured versus simulated: one workload, one scheduler and allocator, two executors.
+
+For each scheme the same workload runs twice:
+
+1. through the simulator alone (``pagedsim.simulate`` with a fresh allocator): the
+   prediction, step by step, of token / reserved / internal / external / free slots;
+2. through the real executor (:class:`kernels.executor.RealExecutor`): the scheduler
+   drives the small decoder over a real KV cache whose allocator is the one the
+   scheduler uses. After every step we *measure* what is in memory:
+
+   - ``meas_token_slots``: slots whose K is not the NaN sentinel, found by scanning
+     the cache (released memory is scrubbed back to NaN, so these are exactly the
+     slots holding a live token's K/V);
+   - ``meas_region_bytes`` (contiguous schemes): every live region also gets its own
+     ``torch.empty`` buffer of its reserved size, as older engines allocated one
+     buffer per request; the bytes those buffers occupy. (The kernel still reads the
+     shared arena: the buffers measure the footprint, on CUDA through the caching
+     allocator, where ``memory_reserved - memory_allocated`` shows its fragmentation);
+   - ``cache_tensor_bytes`` and, on CUDA, ``torch.cuda.memory_allocated/reserved``.
+
+Both runs must make identical plans (checked), so the accounting and the measurement
+can be compared at every step. For paged schemes measured token slots must equal
+simulated ``token`` slots; for contiguous ones the region buffers' bytes must equal
+simulated (token + reserved + internal fragmentation) slots x bytes per slot.
+
+``python -m kernels.measure --help`` lists the options; ``--out`` receives the per-step
+CSV and a figure of both utilization curves per scheme.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+import pagedsim
+from pagedsim import ContiguousAllocator, PagedAllocator
+from pagedsim.schemes import parse_scheme
+
+from .executor import RealExecutor
+from .model import Decoder, ModelConfig
+
+SLOT_COLUMNS = ("token", "reserved", "internal_frag", "external_frag", "free")
+
+
+@dataclass(slots=True)
+class MeasureConfig:
+    """One comparison. Sizes are small enough for a CPU by default (a few seconds)."""
+
+    schemes: tuple[str, ...] = ("paged", "contiguous-oracle")
+    workload: str = "uniform"  # uniform | fixed | sharegpt | alpaca (pagedsim workloads)
+    num_requests: int = 16
+    rate_per_s: float = 200.0  # simulated arrivals per second (the cost model's clock)
+    n: int = 1
+    beam_width: int = 1
+    max_model_len: int = 64
+    prompt_len_range: tuple[int, int] = (4, 24)
+    output_len_range: tuple[int, int] = (2, 24)
+    num_blocks: int = 48
+    block_size: int = 4
+    preemption: str = "recompute"
+    cpu_swap_slots: int = 4096
+    seed: int = 0
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(
+        vocab_size=256, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        head_dim=16, intermediate_size=128))
+    region_buffers: bool = True  # contiguous: a torch.empty buffer per live region
+
+    def __post_init__(self) -> None:
+        for s in self.schemes:
+            parse_scheme(s)  # raises with the valid names
+        if not self.schemes:
+            raise ValueError("schemes must name at least one scheme")
+        for name in ("num_requests", "num_blocks", "block_size", "max_model_len", "n",
+                     "beam_width"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.max_model_len % self.block_size:
+            raise ValueError(f"max_model_len ({self.max_model_len}) must be a multiple of "
+                             f"block_size ({self.block_size}) so contiguous regions are "
+                             "whole blocks")
+
+    @property
+    def capacity_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+@dataclass(slots=True)
+class SchemeMeasurement:
+    scheme: str
+    frame: object  # pandas DataFrame, one row per step
+    bytes_per_slot: int
+    max_token_gap_slots: int
+    max_bytes_gap: int  # contiguous: |region buffers - simulated allocated| bytes; paged: token
+    cuda_max_allocated_bytes: int | None = None
+    cuda_max_reserved_bytes: int | None = None
+
+
+def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:
+    """The decoder as a pagedsim ModelSpec (for the cost model and the budget)."""
+    dtype_bytes = torch.tensor([], dtype=cfg.dtype).element_size()
+    params = (cfg.vocab_size * cfg.hidden_size * 2
+              + cfg.num_layers * (cfg.hidden_size * cfg.head_dim
+                                  * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
+                                  + 3 * cfg.hidden_size * cfg.intermediate_size))
+    return pagedsim.ModelSpec("decoder", cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
+                              cfg.head_dim, dtype_bytes, params * dtype_bytes, max_model_len)
+
+
+def _requests(cfg: MeasureConfig) -> list[pagedsim.Request]:
+    wl = pagedsim.WorkloadConfig(
+        kind=cfg.workload, num_requests=cfg.num_requests, rate_per_s=cfg.rate_per_s,
+        seed=cfg.seed, max_model_len=cfg.max_model_len, n=cfg.n, beam_width=cfg.beam_width,
+        prompt_len_range=cfg.prompt_len_range, output_len_range=cfg.output_len_range)
+    return pagedsim.generate_workload(wl)
+
+
+def _allocator(cfg: MeasureConfig, scheme: str):
+    """The allocator the simulator alone uses: configured exactly like the cache's."""
+    kind, reservation, placement = parse_scheme(scheme)
+    if kind == "paged":
+        return PagedAllocator(cfg.num_blocks, cfg.block_size)
+    return ContiguousAllocator(cfg.capacity_slots, reservation, placement, cfg.max_model_len,
+                               align_slots=cfg.block_size)
+
+
+def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None,
+                   corrupt_accounting=None) -> SchemeMeasurement:
+    """Run ``scheme`` through the simulator and through the real executor; compare.
+
+    ``corrupt_accounting(allocator)`` may patch the simulator's allocator (tests use it
+    to show that a broken accounting is caught by the measurement).
+    """
+    import pandas as pd
+
+    requests = _requests(cfg)
+    spec = model_spec(cfg.model, cfg.max_model_len)
+    gpu = pagedsim.get_gpu("h200-141gb") if torch.cuda.is_available() else pagedsim.get_gpu(
+        "a100-40gb")
+    cost = pagedsim.CostModel(spec, gpu)
+    sched_cfg = pagedsim.SchedulerConfig(preemption=cfg.preemption,
+                                         cpu_swap_slots=cfg.cpu_swap_slots, seed=cfg.seed)
+
+    # 1. The simulator alone.
+    sim_allocator = _allocator(cfg, scheme)
+    if corrupt_accounting is not None:
+        corrupt_accounting(sim_allocator)
+    predicted = pagedsim.simulate(requests, sim_allocator, cost, sched_cfg,
+                                  scheme=scheme, progress=False).steps()
+
+    # 2. The real executor, on a cache whose allocator the scheduler drives.
+    kind, reservation, placement = parse_scheme(scheme)
+    decoder = Decoder(cfg.model)
+    if kind == "paged":
+        cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, "paged")
+    else:
+        cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, "contiguous",
+                                   reservation=reservation, placement=placement,
+                                   max_model_len=cfg.max_model_len)
+    executor = RealExecutor(decoder, cache, seed=cfg.seed)
+    bytes_per_slot = cache.config.bytes_per_slot
+    cache_bytes = sum(t.numel() * t.element_size() for t in cache.k_caches + cache.v_caches)
+    on_cuda = cache.config.device == "cuda"
+    buffers: dict[object, tuple[int, int, torch.Tensor]] = {}
+    rows: list[tuple] = []
+
+    def on_step(sched, plan) -> None:
+        executor.execute(sched, plan)
+        region_bytes = None
+        if kind == "contiguous" and cfg.region_buffers:
+            live = {s: cache.allocator.region(s) for s in cache.allocator.seq_ids()}
+            for s in [s for s in buffers if s not in live or buffers[s][:2] != live[s]]:
+                del buffers[s]
+            for s, (start, size) in live.items():
+                if s not in buffers:
+                    buf = torch.empty(size * bytes_per_slot, dtype=torch.uint8,
+                                      device=cache.config.device)
+                    buffers[s] = (start, size, buf)
+            region_bytes = sum(b.numel() * b.element_size() for _, _, b in buffers.values())
+        rows.append((
+            plan.step, cache.written_slots(), region_bytes, cache_bytes,
+            torch.cuda.memory_allocated() if on_cuda else None,
+            torch.cuda.memory_reserved() if on_cuda else None,
+        ))
+
+    if on_cuda:
+        torch.cuda.synchronize()
+    real = pagedsim.simulate(requests, cache.allocator, cost, sched_cfg, scheme=scheme,
+                             progress=progress, on_step=on_step).steps()
+    measured = pd.DataFrame.from_records(rows, columns=[
+        "step", "meas_token_slots", "meas_region_bytes", "cache_tensor_bytes",
+        "cuda_allocated_bytes", "cuda_reserved_bytes"])
+
+    same_plans = ["step", "running", "waiting", "prefill_tokens", "decode_seqs",
+                  "preemptions", "cow_copies", "finished"]
+    if not predicted[same_plans].equals(real[same_plans]):
+        raise AssertionError(f"{scheme}: the simulator and the real executor made different "
+                             "plans for the same workload")
+    frame = predicted[["step", "time_s", "running", "waiting", "capacity", *SLOT_COLUMNS,
+                       "preemptions", "cow_copies"]].rename(
+        columns={c: f"sim_{c}" for c in SLOT_COLUMNS})
+    frame = frame.merge(measured, on="step", how="left")
+    frame.insert(0, "scheme", scheme)
+    frame["token_gap_slots"] = frame["meas_token_slots"] - frame["sim_token"]
+    if kind == "contiguous" and cfg.region_buffers:
+        allocated = frame[["sim_token", "sim_reserved", "sim_internal_frag"]].sum(axis=1)
+        frame["bytes_gap"] = frame["meas_region_bytes"] - allocated * bytes_per_slot
+    else:
+        frame["bytes_gap"] = frame["token_gap_slots"] * bytes_per_slot
+    return SchemeMeasurement(
+        scheme=scheme, frame=frame, bytes_per_slot=bytes_per_slot,
+        max_token_gap_slots=int(frame["token_gap_slots"].abs().max()),
+        max_bytes_gap=int(frame["bytes_gap"].abs().max()),
+        cuda_max_allocated_bytes=(int(frame["cuda_allocated_bytes"].max()) if on_cuda
+                                  else None),
+        cuda_max_reserved_bytes=int(frame["cuda_reserved_bytes"].max()) if on_cuda else None,
+    )
+
+
+def budget_check(model: ModelConfig, gpu_memory_utilization: float = 0.9,
+                 block_size: int = 16) -> dict | None:
+    """On CUDA: the KV budget ``pagedsim.kv_budget`` predicts for this decoder, against
+    ``torch.cuda.mem_get_info()`` and the blocks a cache could really allocate.
+    Returns None without a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    decoder = Decoder(model)  # its weights are on the GPU while we read the free memory
+    weights = model_spec(model, 4096).weights_bytes
+    torch.cuda.synchronize()
+    free_b, total_b = torch.cuda.mem_get_info()
+    spec = model_spec(model, 4096)
+    gpu = pagedsim.GpuSpec(torch.cuda.get_device_name(), total_b, 1.0, 1.0)
+    budget = pagedsim.kv_budget(spec, gpu, weights_bytes=weights,
+                                gpu_memory_utilization=gpu_memory_utilization,
+                                activation_bytes=total_b - free_b, block_size=block_size)
+    # How many blocks can really be allocated: try the predicted pool.
+    got, err = 0, None
+    try:
+        probe = torch.empty((budget.num_blocks, block_size * spec.bytes_per_token),
+                            dtype=torch.uint8, device="cuda")
+        got = probe.shape[0]
+        del probe
+    except torch.OutOfMemoryError as e:  # pragma: no cover - depends on the GPU
+        err = str(e).splitlines()[0]
+    del decoder
+    torch.cuda.empty_cache()
+    return {"gpu": torch.cuda.get_device_name(), "total_bytes": total_b, "free_bytes": free_b,
+            "weights_bytes": weights, "predicted_kv_bytes": budget.kv_cache_bytes,
+            "predicted_num_blocks": budget.num_blocks, "allocated_num_blocks": got,
+            "allocation_error": err}
+
+
+def run(cfg: MeasureConfig, out: Path | None = None, progress: bool | None = None,
+        quiet: bool = False) -> list[SchemeMeasurement]:
+    """Measure every scheme; write ``measured_vs_simulated.csv`` and a figure to ``out``."""
+    import pandas as pd
+
+    results = []
+    for scheme in cfg.schemes:
+        t0 = time.perf_counter()
+        m = measure_scheme(cfg, scheme, progress=progress)
+        results.append(m)
+        if not quiet:
+            line = (f"{scheme:<22} steps {len(m.frame):>4}  largest gap: "
+                    f"{m.max_token_gap_slots} token slots, {m.max_bytes_gap} bytes  "
+                    f"({time.perf_counter() - t0:.1f} s)")
+            if m.cuda_max_allocated_bytes is not None:
+                line += (f"  cuda allocated/reserved peak {m.cuda_max_allocated_bytes:,} / "
+                         f"{m.cuda_max_reserved_bytes:,} bytes")
+            print(line)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        pd.concat([m.frame for m in results]).to_csv(out / "measured_vs_simulated.csv",
+                                                     index=False)
+        plot(results, out / "measured_vs_simulated.png")
+        if not quiet:
+            print(f"wrote {out / 'measured_vs_simulated.csv'} and .png")
+    return results
+
+
+def plot(results: list[SchemeMeasurement], path: Path | None = None):
+    """Simulated and measured utilization (token slots / capacity) per scheme."""
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pagedsim.plots.palette import CATEGORY_COLORS
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.4), squeeze=False)
+    for ax, m in zip(axes[0], results, strict=True):
+        f = m.frame
+        ax.plot(f["step"], f["sim_token"] / f["capacity"], color=CATEGORY_COLORS["token"],
+                lw=2.5, label="simulated token slots")
+        ax.plot(f["step"], f["meas_token_slots"] / f["capacity"], color="black", lw=1,
+                ls="--", label="measured (non-sentinel slots)")
+        ax.set_title(f"{m.scheme}: largest gap {m.max_token_gap_slots} slots")
+        ax.set_xlabel("step")
+        ax.set_ylabel("utilization (token slots / capacity)")
+        ax.set_ylim(0, 1.05)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110, metadata={"Software": None})
+        plt.close(fig)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels.measure", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = MeasureConfig()
+    parser.add_argument("--schemes", default=",".join(d.schemes),
+                        help="comma-separated pagedsim schemes (default: %(default)s)")
+    parser.add_argument("--workload", default=d.workload,
+                        choices=["uniform", "fixed", "sharegpt", "alpaca"])
+    parser.add_argument("--num-requests", type=int, default=d.num_requests)
+    parser.add_argument("--rate", type=float, default=d.rate_per_s, help="requests per second")
+    parser.add_argument("--n", type=int, default=d.n, help="parallel samples per request")
+    parser.add_argument("--beam-width", type=int, default=d.beam_width)
+    parser.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    parser.add_argument("--num-blocks", type=int, default=d.num_blocks)
+    parser.add_argument("--block-size", type=int, default=d.block_size)
+    parser.add_argument("--preemption", choices=["recompute", "swap"], default=d.preemption)
+    parser.add_argument("--layers", type=int, default=d.model.num_layers)
+    parser.add_argument("--hidden", type=int, default=d.model.hidden_size)
+    parser.add_argument("--heads", type=int, default=d.model.num_heads)
+    parser.add_argument("--kv-heads", type=int, default=d.model.num_kv_heads)
+    parser.add_argument("--head-dim", type=int, default=d.model.head_dim)
+    parser.add_argument("--intermediate", type=int, default=d.model.intermediate_size)
+    parser.add_argument("--vocab", type=int, default=d.model.vocab_size)
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget", action="store_true",
+                        help="on CUDA, also hold kv_budget's prediction against the GPU")
+    parser.add_argument("--out", type=Path, default=Path("out/measure"))
+    parser.add_argument("--quiet", action="store_true")
+    try:
+        args = parser.parse_args(argv)
+        model = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden,
+                            num_layers=args.layers, num_heads=args.heads,
+                            num_kv_heads=args.kv_heads, head_dim=args.head_dim,
+                            intermediate_size=args.intermediate,
+                            dtype=getattr(torch, args.dtype), seed=args.seed)
+        cfg = MeasureConfig(
+            schemes=tuple(s.strip() for s in args.schemes.split(",") if s.strip()),
+            workload=args.workload, num_requests=args.num_requests, rate_per_s=args.rate,
+            n=args.n, beam_width=args.beam_width, max_model_len=args.max_model_len,
+            num_blocks=args.num_blocks, block_size=args.block_size,
+            preemption=args.preemption, seed=args.seed, model=model)
+        from . import INFO
+
+        if not args.quiet:
+            print(f"backend: {INFO.name} on {INFO.device}")
+        run(cfg, args.out, progress=None if not args.quiet else False, quiet=args.quiet)
+        if args.budget:
+            report = budget_check(model)
+            print("budget:", report if report is not None else "no CUDA GPU: skipped")
+    except (ValueError, TypeError, pagedsim.PagedSimError, OSError) as e:
+        print(f"python -m kernels.measure: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
