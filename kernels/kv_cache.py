@@ -107,6 +107,9 @@ class KVCache:
         self.v_caches = [torch.full(shape, float("nan"), dtype=config.dtype, device=config.device)
                          for _ in range(config.num_layers)]
         self.num_copied_blocks = 0  # block pairs copied so far (each one in every layer)
+        #: Kernel backend for this cache's writes, copies and attention ("triton" or
+        #: "torch"); None means :data:`kernels.BACKEND`.
+        self.backend: str | None = None
 
     # ----------------------------------------------------------- sequences
     def add(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
@@ -164,13 +167,13 @@ class KVCache:
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
         """New tokens' K/V ``[T, KVH, D]`` into ``slots`` (int64 ``[T]``) of one layer."""
-        write_kv(self.k_caches[layer], self.v_caches[layer], k, v, slots)
+        write_kv(self.k_caches[layer], self.v_caches[layer], k, v, slots, backend=self.backend)
 
     def attend(self, layer: int, q: torch.Tensor, block_tables: torch.Tensor,
                seq_lens: torch.Tensor) -> torch.Tensor:
         """Decode attention for one layer: ``q [S, H, D] -> [S, H, D]``."""
         return paged_attention(q, self.k_caches[layer], self.v_caches[layer], block_tables,
-                               seq_lens)
+                               seq_lens, backend=self.backend)
 
     def run_copies(self, copies: Sequence[KVCopy]) -> None:
         """Carry out block-aligned copies (copy-on-write, contiguous fork) in every layer."""
@@ -178,7 +181,7 @@ class KVCache:
         if not pairs:
             return
         for k_cache, v_cache in zip(self.k_caches, self.v_caches, strict=True):
-            copy_blocks(k_cache, v_cache, pairs)
+            copy_blocks(k_cache, v_cache, pairs, backend=self.backend)
         self.num_copied_blocks += len(pairs)
 
     def gather(self, layer: int, seq_id: SeqId) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,10 +251,11 @@ class ContiguousKVCache(KVCache):
     blocks ``start // bs .. (start + size) // bs - 1`` and its block table is that
     consecutive range. Alignment rounds each reservation up to a multiple of the
     block size; the allocator counts that padding as internal fragmentation (memory
-    the region owns and never fills), so the accounting of an aligned arena is
-    exactly that of an unaligned one plus at most ``block_size - 1`` slots per region.
-    With the default ``reservation="max"`` the padding is zero whenever
-    ``max_model_len`` is a multiple of the block size.
+    the region owns and never fills). Token and reserved slots are unchanged by it;
+    internal fragmentation grows by at most ``block_size - 1`` slots per region (and,
+    sizes being different, placement may differ from an unaligned arena's, so
+    external fragmentation can too). With ``reservation="max"`` the padding is zero
+    whenever ``max_model_len`` is a multiple of the block size.
     """
 
     allocator: pagedsim.ContiguousAllocator

@@ -67,8 +67,9 @@ class MeasureConfig:
     seed: int = 0
     model: ModelConfig = field(default_factory=lambda: ModelConfig(
         vocab_size=256, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-        head_dim=16, intermediate_size=128))
+        head_dim=32, intermediate_size=128))
     region_buffers: bool = True  # contiguous: a torch.empty buffer per live region
+    backend: str | None = None  # "triton" or "torch"; None = kernels.BACKEND
 
     def __post_init__(self) -> None:
         for s in self.schemes:
@@ -162,6 +163,7 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
         cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, "contiguous",
                                    reservation=reservation, placement=placement,
                                    max_model_len=cfg.max_model_len)
+    cache.backend = cfg.backend
     executor = RealExecutor(decoder, cache, seed=cfg.seed)
     bytes_per_slot = cache.config.bytes_per_slot
     cache_bytes = sum(t.numel() * t.element_size() for t in cache.k_caches + cache.v_caches)
@@ -337,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=d.model.vocab_size)
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", choices=["triton", "torch"], default=None,
+                        help="kernel backend (default: kernels.BACKEND; the Triton "
+                             "interpreter on a CPU is slow, torch is fast)")
     parser.add_argument("--budget", action="store_true",
                         help="on CUDA, also hold kv_budget's prediction against the GPU")
     parser.add_argument("--out", type=Path, default=Path("out/measure"))
@@ -353,11 +358,11 @@ def main(argv: list[str] | None = None) -> int:
             workload=args.workload, num_requests=args.num_requests, rate_per_s=args.rate,
             n=args.n, beam_width=args.beam_width, max_model_len=args.max_model_len,
             num_blocks=args.num_blocks, block_size=args.block_size,
-            preemption=args.preemption, seed=args.seed, model=model)
+            preemption=args.preemption, seed=args.seed, model=model, backend=args.backend)
         from . import INFO
 
         if not args.quiet:
-            print(f"backend: {INFO.name} on {INFO.device}")
+            print(f"backend: {args.backend or INFO.name} on {INFO.device}")
         run(cfg, args.out, progress=None if not args.quiet else False, quiet=args.quiet)
         if args.budget:
             report = budget_check(model)

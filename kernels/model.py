@@ -256,12 +256,20 @@ class Decoder:
         return out.transpose(0, 1)
 
     def decode(self, cache: KVCache, seq_ids: Sequence[SeqId],
-               token_ids: Sequence[int]) -> torch.Tensor:
-        """Feed one new token per sequence; fp32 CPU ``[S, V]`` logits for the next one."""
+               token_ids: Sequence[int], slots: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed one new token per sequence; fp32 CPU ``[S, V]`` logits for the next one.
+
+        ``slots`` (int64 ``[S]``): where the new tokens go when an executor has already
+        appended them through the allocator (and run their copy-on-write copies), as
+        :class:`kernels.executor.RealExecutor` does; by default they are appended here.
+        """
         self.check_cache(cache)
         if len(seq_ids) != len(token_ids):
             raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} tokens")
-        slots = cache.append_slots(seq_ids)  # [S]; copy-on-write done before any write
+        if slots is None:
+            slots = cache.append_slots(seq_ids)  # [S]; copy-on-write done before any write
+        elif slots.shape != (len(seq_ids),):
+            raise ValueError(f"slots must have shape ({len(seq_ids)},), got {tuple(slots.shape)}")
         block_tables, seq_lens = cache.attention_metadata(seq_ids)
         positions = (seq_lens - 1).long()  # [S] the new token's position
         x = self.embed[self._tokens(token_ids)]  # [S, E]
