@@ -120,17 +120,22 @@ class CostModel:
         """Floating-point operations of one step (all GPUs together)."""
         tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read,
                                   prefill_attn_pairs)
+        return self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
+
+    def _flops(self, tokens: int, attn_pairs: int) -> int:
         m = self.model
-        return (2 * m.num_params * tokens
-                + 4 * m.num_layers * m.hidden_size * (kv_tokens_read + prefill_attn_pairs))
+        return 2 * m.num_params * tokens + 4 * m.num_layers * m.hidden_size * attn_pairs
+
+    def _bytes(self, tokens: int, kv_tokens_read: int) -> int:
+        if tokens == 0:
+            return 0
+        return self.model.weights_bytes + (kv_tokens_read + tokens) * self.model.bytes_per_token
 
     def step_bytes(self, num_prefill_tokens: int, num_decode_seqs: int,
                    kv_tokens_read: int) -> int:
         """HBM bytes one step moves (all GPUs together): weights once, KV read, KV written."""
         tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read, 0)
-        if tokens == 0:
-            return 0
-        return self.model.weights_bytes + (kv_tokens_read + tokens) * self.model.bytes_per_token
+        return self._bytes(tokens, kv_tokens_read)
 
     def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
                     prefill_attn_pairs: int = 0) -> float:
@@ -141,11 +146,13 @@ class CostModel:
 
         An empty step (no tokens) costs 0 s: the simulator skips ahead to the next arrival.
         """
-        flops = self.step_flops(num_prefill_tokens, num_decode_seqs, kv_tokens_read,
-                                prefill_attn_pairs)
+        # Validate once, then compute both sides of the roofline (this runs every step).
+        tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read,
+                                  prefill_attn_pairs)
+        flops = self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
         if flops == 0:
             return 0.0
-        num_bytes = self.step_bytes(num_prefill_tokens, num_decode_seqs, kv_tokens_read)
+        num_bytes = self._bytes(tokens, kv_tokens_read)
         compute_s = flops / (self.gpu.peak_flops_per_s * self.num_gpus)
         memory_s = num_bytes / (self.gpu.hbm_bytes_per_s * self.num_gpus)
         return max(compute_s, memory_s) + self.step_overhead_s

@@ -26,9 +26,10 @@ beams' continuations by :class:`BeamModel`: survivor j's parent is beam i with
 probability proportional to ``decay ** i`` (beam 0 is the best so far). Parents with
 several survivors are forked, parents with none are dropped.
 
-Recomputation after preemption re-prefills each sequence's prompt and generated
-tokens separately, so sharing inside a preempted group is not rebuilt (vLLM v0 only
-recomputes single-sequence groups; we allow it for any and accept the extra memory).
+Preempting a group of several sequences swaps it even in ``recompute`` mode, as vLLM
+v0 does, when the CPU pool has room: recomputation re-prefills each sequence's prompt
+and generated tokens separately, so the group's sharing would be lost. Without room
+(e.g. ``cpu_swap_slots=0``) it is recomputed anyway, at the cost of that sharing.
 """
 
 from __future__ import annotations
@@ -285,10 +286,11 @@ class Scheduler:
         group.num_preemptions += 1
         plan.preempted.append(group.request.request_id)
         slots = self._swap_slots(group)
-        if (
-            self.config.preemption == "swap"
-            and self.cpu_used_slots + slots <= self.config.cpu_swap_slots
-        ):
+        # Swap when asked to, and (as vLLM v0 does) for groups of several sequences even
+        # under recompute, because recomputing them separately would lose their sharing;
+        # recompute whenever the CPU pool has no room.
+        wants_swap = self.config.preemption == "swap" or len(group.seq_ids) > 1
+        if wants_swap and self.cpu_used_slots + slots <= self.config.cpu_swap_slots:
             swapped = self.allocator.swap_out(group.seq_ids)
             self.cpu_used_slots += swapped.cpu_slots
             group.swapped = swapped

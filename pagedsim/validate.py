@@ -7,6 +7,10 @@ from numbers import Integral
 
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
     """Return ``value`` as an int, or raise naming the bad value and what is valid."""
+    if type(value) is int:  # the common case, without the slow abstract-class check
+        if minimum is not None and value < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+        return value
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise TypeError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and value < minimum:
