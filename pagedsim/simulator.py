@@ -96,7 +96,7 @@ def simulate(
         from tqdm import tqdm
 
         bar = tqdm(total=len(reqs), desc=scheme or "simulate", unit="req", leave=False,
-                   file=sys.stderr)
+                   file=sys.stderr, delay=1.0)  # only runs longer than a second show it
     now = 0.0
     i, n = 0, len(reqs)
     stalls = 0
