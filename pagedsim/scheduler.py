@@ -345,7 +345,12 @@ class Scheduler:
             width = len(group.seq_ids) if recompute else group.width
             num_tokens = group.request.prompt_len + group.num_output
             prefill_tokens = num_tokens * (len(group.seq_ids) if recompute else 1)
-            if num_seqs + width > cfg.max_num_seqs or prefill_tokens > budget:
+            if num_seqs + width > cfg.max_num_seqs:
+                break
+            # A prefill larger than the whole token budget (a long prompt, or a preempted
+            # group recomputing several sequences) would wait forever: let it run alone.
+            alone = not plan.prefills and not plan.decode_seq_ids
+            if prefill_tokens > budget and not alone:
                 break
             if not self._allocate_group(group, num_tokens, recompute):
                 break

@@ -134,3 +134,18 @@ def test_request_that_can_never_fit_is_a_clear_error():
     alloc = PagedAllocator(2, 4)
     with pytest.raises(ValueError, match="request 0 .*can never be scheduled"):
         simulate([Request(0, 0.0, prompt_len=20, output_len=1)], alloc, COST, progress=False)
+
+
+def test_recomputed_group_larger_than_the_token_budget_still_runs():
+    """Found by hypothesis: a preempted n = 2 group re-prefills 2 x (40 + generated)
+    tokens, more than max_num_batched_tokens = 64; it must run alone, not wait forever."""
+    reqs = [
+        Request(0, 0.0, prompt_len=1, output_len=22, n=3),
+        Request(1, 0.0, prompt_len=1, output_len=1),
+        Request(2, 0.0, prompt_len=30, output_len=22),
+        Request(3, 0.0, prompt_len=40, output_len=21, n=2),
+    ]
+    cfg = SchedulerConfig(max_num_seqs=6, max_num_batched_tokens=64, cpu_swap_slots=0)
+    result, finished = _run(reqs, PagedAllocator(13, 16), cfg)
+    assert sorted(finished) == [0, 1, 2, 3]
+    assert result.requests()["num_preemptions"].sum() > 0
