@@ -113,7 +113,8 @@ def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:
                               cfg.head_dim, dtype_bytes, params * dtype_bytes, max_model_len)
 
 
-def _requests(cfg: MeasureConfig) -> list[pagedsim.Request]:
+def requests_for(cfg: MeasureConfig) -> list[pagedsim.Request]:
+    """The workload a comparison replays (seeded, so every run sees the same requests)."""
     wl = pagedsim.WorkloadConfig(
         kind=cfg.workload, num_requests=cfg.num_requests, rate_per_s=cfg.rate_per_s,
         seed=cfg.seed, max_model_len=cfg.max_model_len, n=cfg.n, beam_width=cfg.beam_width,
@@ -139,7 +140,7 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     """
     import pandas as pd
 
-    requests = _requests(cfg)
+    requests = requests_for(cfg)
     spec = model_spec(cfg.model, cfg.max_model_len)
     gpu = pagedsim.get_gpu("h200-141gb") if torch.cuda.is_available() else pagedsim.get_gpu(
         "a100-40gb")
