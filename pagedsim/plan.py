@@ -7,8 +7,10 @@ executor (``kernels.executor``) moves K/V data and runs a model. A real executor
 apply the plan's data movements in this order, which is the order in which the
 scheduler took and released memory, so that no slot is overwritten before it is read:
 
-1. ``forks``: copies that give forked sequences their parent's tokens (contiguous only);
-2. ``swap_outs``: GPU -> CPU copies of preempted groups;
+1. ``swap_outs``: GPU -> CPU copies of preempted groups (their blocks are already free
+   in the allocator and may be handed out again below, so read them first; no fork
+   writes into them, because forks happen before preemption);
+2. ``forks``: copies that give forked sequences their parent's tokens (contiguous only);
 3. ``cow_copies``: copy-on-write block copies of this step's appends;
 4. ``swap_ins``: CPU -> GPU copies of groups coming back;
 5. then run the model: ``prefills`` write their prompt's K/V, ``decodes`` write one
@@ -82,8 +84,8 @@ class StepPlan:
 
     step: int
     frees: list[SeqId] = field(default_factory=list)
-    forks: list[ForkItem] = field(default_factory=list)
     swap_outs: list[SwappedGroup] = field(default_factory=list)
+    forks: list[ForkItem] = field(default_factory=list)
     cow_copies: list[KVCopy] = field(default_factory=list)
     swap_ins: list[tuple[SwappedGroup, list[KVCopy]]] = field(default_factory=list)
     prefills: list[PrefillItem] = field(default_factory=list)

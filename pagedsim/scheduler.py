@@ -396,9 +396,8 @@ class Scheduler:
         except OutOfMemoryError:
             for seq_id in reversed(taken):
                 alloc.free(seq_id)
-                for child, held in list(self._placeholders.items()):
-                    if held == seq_id:
-                        del self._placeholders[child]
+                if isinstance(seq_id, tuple):  # ("held-for", child): a placeholder
+                    self._placeholders.pop(seq_id[1], None)
             self._children.pop(group.request.request_id, None)
             return False
         return True

@@ -149,5 +149,6 @@ def simulate(
         ))  # fmt: skip
     result.num_preemptions = sched.num_preemptions
     result.num_swaps_out = sched.num_swaps_out
-    result.num_cow_copies = sum(r[20] for r in rows)
+    cow = STEP_COLUMNS.index("cow_copies")
+    result.num_cow_copies = sum(r[cow] for r in rows)
     return result

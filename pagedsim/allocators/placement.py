@@ -16,6 +16,16 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 
 
+def _check_tiling(used: dict[int, int], holes: list[tuple[int, int]], capacity: int) -> None:
+    """Regions and holes together cover ``[0, capacity)`` exactly: no gap, no overlap."""
+    pos = 0
+    for start, size in sorted([*used.items(), *holes]):
+        assert size > 0, f"empty span at {start}"
+        assert start == pos, f"gap or overlap at slot {start} (expected {pos})"
+        pos = start + size
+    assert pos == capacity, f"spans end at {pos}, capacity {capacity}"
+
+
 class Arena:
     """Holes kept sorted by address; neighbouring holes are merged on free."""
 
@@ -80,13 +90,7 @@ class Arena:
         return dict(self._used)
 
     def check_invariants(self) -> None:
-        spans = sorted([*self._used.items(), *self.holes()])
-        pos = 0
-        for start, size in spans:
-            assert size > 0, f"empty span at {start}"
-            assert start == pos, f"gap or overlap at slot {start} (expected {pos})"
-            pos = start + size
-        assert pos == self.capacity_slots, f"spans end at {pos}, capacity {self.capacity_slots}"
+        _check_tiling(self._used, self.holes(), self.capacity_slots)
         for (s1, n1), (s2, _) in zip(self.holes(), self.holes()[1:], strict=False):
             assert s1 + n1 < s2, f"adjacent holes at {s1} and {s2} were not merged"
 
@@ -164,12 +168,7 @@ class BuddyArena:
         return dict(self._used)
 
     def check_invariants(self) -> None:
-        spans = sorted([*self._used.items(), *self.holes()])
-        pos = 0
-        for start, size in spans:
-            assert start == pos, f"gap or overlap at slot {start} (expected {pos})"
-            pos = start + size
-        assert pos == self.capacity_slots
+        _check_tiling(self._used, self.holes(), self.capacity_slots)
         for start, size in self._used.items():
             assert start % size == 0, f"buddy block at {start} not aligned to its size {size}"
         for size, starts in self._free.items():
