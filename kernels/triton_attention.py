@@ -30,13 +30,14 @@ def _paged_decode_kernel(
     k_ptr,  # [B, BS, KVH, D]
     v_ptr,  # [B, BS, KVH, D]
     block_tables_ptr,  # int32 [S, MB]
-    seq_lens_ptr,  # int32 [S]
+    seq_lens_ptr,  # int32 [S], any stride (a column of a metadata tensor is fine)
     scale_log2,  # softmax scale * log2(e): we use exp2, which is what the hardware has
     tokens_per_split,  # int, a multiple of TILE_N
     stride_qs, stride_qh, stride_qd,
     stride_kb, stride_kt, stride_kh, stride_kd,
     stride_vb, stride_vt, stride_vh, stride_vd,
     stride_bts, stride_btb,
+    stride_sl,  # seq_lens' stride: assuming 1 read the wrong lengths for a sliced column
     stride_os, stride_oh, stride_op, stride_od,
     stride_ls, stride_lh, stride_lp,
     GROUP: tl.constexpr,  # G, query heads sharing one kv head
@@ -52,7 +53,7 @@ def _paged_decode_kernel(
     kv_head = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
 
-    seq_len = tl.load(seq_lens_ptr + seq)
+    seq_len = tl.load(seq_lens_ptr + seq * stride_sl)
     start = split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)  # empty range for splits past the end
 
@@ -185,7 +186,10 @@ def launch(
 ) -> None:
     """Run the decode kernel (and the reduce kernel when ``num_splits > 1``) into ``out``.
 
-    Inputs are assumed checked by :func:`kernels.attention.paged_attention`.
+    Inputs are assumed checked by :func:`kernels.attention.paged_attention`. Every
+    tensor's strides are passed, so views (a ``seq_lens`` column sliced out of a
+    ``[S, 2]`` metadata tensor, a transposed table) are read where they really are,
+    without a hidden copy.
     """
     num_seqs, num_heads, head_dim = q.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
@@ -211,6 +215,7 @@ def launch(
             out, out, q, k_cache, v_cache, block_tables, seq_lens,
             scale * math.log2(math.e), tokens_per_split,
             *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(),
+            seq_lens.stride(0),
             out.stride(0), out.stride(1), 0, out.stride(2),
             0, 0, 0,
             **common,
@@ -224,6 +229,7 @@ def launch(
         partial, lse, q, k_cache, v_cache, block_tables, seq_lens,
         scale * math.log2(math.e), tokens_per_split,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(),
+        seq_lens.stride(0),
         *partial.stride(), *lse.stride(),
         **common,
     )

@@ -20,6 +20,7 @@ def _write_kv_kernel(
     k_ptr,  # [T, KVH, D]
     v_ptr,  # [T, KVH, D]
     slot_mapping_ptr,  # int [T]: slot of token i, or -1 to skip it (padding)
+    stride_slot,  # slot_mapping's stride: a sliced column is not contiguous
     stride_cb, stride_ct, stride_ch, stride_cd,  # cache strides (K and V share them)
     stride_kt, stride_kh, stride_kd,
     stride_vt, stride_vh, stride_vd,
@@ -32,7 +33,7 @@ def _write_kv_kernel(
 ):
     # One program per new token: vLLM's reshape_and_cache.
     token = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
+    slot = tl.load(slot_mapping_ptr + token * stride_slot).to(tl.int64)
     h = tl.arange(0, KV_HEADS_PAD)  # [KVHP]
     d = tl.arange(0, HEAD_DIM_PAD)  # [DP]
     # A skipped token (slot -1) loads and stores nothing: the mask carries the condition.
@@ -58,6 +59,7 @@ def _copy_blocks_kernel(
     k_cache_ptr,  # [B, BS * KVH * D] (a contiguous cache, one row per block)
     v_cache_ptr,
     pairs_ptr,  # int64 [num_pairs, 2]: (src_block, dst_block)
+    stride_pp, stride_pc,  # pairs' strides (pair, column)
     block_numel,  # BS * KVH * D
     CHUNK: tl.constexpr,  # elements copied per program
     UPCAST: tl.constexpr,
@@ -66,8 +68,8 @@ def _copy_blocks_kernel(
     # several programs so that a handful of pairs still occupies the GPU.
     pair = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1).to(tl.int64)
-    src = tl.load(pairs_ptr + pair * 2)
-    dst = tl.load(pairs_ptr + pair * 2 + 1)
+    src = tl.load(pairs_ptr + pair * stride_pp)
+    dst = tl.load(pairs_ptr + pair * stride_pp + stride_pc)
     i = chunk * CHUNK + tl.arange(0, CHUNK)  # [CHUNK] element index within the block
     mask = i < block_numel
     k = tl.load(k_cache_ptr + src * block_numel + i, mask=mask)
@@ -84,11 +86,13 @@ def launch_write_kv(
     v_cache: torch.Tensor,  # [B, BS, KVH, D]
     k: torch.Tensor,  # [T, KVH, D]
     v: torch.Tensor,  # [T, KVH, D]
-    slot_mapping: torch.Tensor,  # int [T]
+    slot_mapping: torch.Tensor,  # int [T], any stride
 ) -> None:
+    """One program per token. Inputs are assumed checked by :func:`kernels.cache_ops.write_kv`;
+    every tensor's strides are passed, so views are read where they really are."""
     num_tokens, num_kv_heads, head_dim = k.shape
     _write_kv_kernel[(num_tokens,)](
-        k_cache, v_cache, k, v, slot_mapping,
+        k_cache, v_cache, k, v, slot_mapping, slot_mapping.stride(0),
         *k_cache.stride(), *k.stride(), *v.stride(),
         NUM_KV_HEADS=num_kv_heads,
         KV_HEADS_PAD=triton.next_power_of_2(num_kv_heads),
@@ -102,11 +106,13 @@ def launch_write_kv(
 def launch_copy_blocks(
     k_cache: torch.Tensor,  # [B, BS, KVH, D], contiguous
     v_cache: torch.Tensor,  # [B, BS, KVH, D], contiguous
-    pairs: torch.Tensor,  # int64 [num_pairs, 2]
+    pairs: torch.Tensor,  # int64 [num_pairs, 2], any strides
 ) -> None:
+    """Grid (pair, chunk). Inputs are assumed checked by :func:`kernels.cache_ops.copy_blocks`."""
     block_numel = k_cache[0].numel()
     chunk = min(4096, triton.next_power_of_2(block_numel))
     grid = (pairs.shape[0], triton.cdiv(block_numel, chunk))
     _copy_blocks_kernel[grid](
-        k_cache, v_cache, pairs, block_numel, CHUNK=chunk, UPCAST=backend.INFO.interpreter
+        k_cache, v_cache, pairs, *pairs.stride(), block_numel,
+        CHUNK=chunk, UPCAST=backend.INFO.interpreter,
     )
