@@ -20,13 +20,15 @@ import torch
 from . import backend
 from .checks import (
     require_cache_pair,
+    require_int_in,
+    require_positive_finite,
     require_same_device,
     require_tensor,
 )
 
 MIN_HEAD_DIM, MAX_HEAD_DIM = 32, 256
 MIN_TOKENS_PER_SPLIT = 512  # below this a split's fixed cost (partial write, reduce) dominates
-MAX_SPLITS = 32
+MAX_SPLITS = 32  # the most splits the heuristic picks, and the most a caller may ask for
 PROGRAMS_PER_SM = 2  # aim for two waves' worth of programs when splitting
 
 
@@ -165,9 +167,11 @@ def paged_attention(
             physical blocks in order. Entries past ``ceil(seq_len / block_size)`` are
             ignored (may be -1).
         seq_lens: int32 ``[num_seqs]``, tokens per sequence (>= 1).
-        scale: softmax scale; default ``1 / sqrt(head_dim)``.
+        scale: softmax scale, a finite float > 0; default ``1 / sqrt(head_dim)``.
         num_splits: split each sequence into this many pieces (flash-decoding) and merge
-            them with a reduce kernel; default: :func:`choose_num_splits`. Triton only.
+            them with a reduce kernel; an int in ``1..MAX_SPLITS`` (32), default:
+            :func:`choose_num_splits`. Triton only (the torch backend checks and
+            ignores it).
         out: optional ``[num_seqs, num_heads, head_dim]`` output buffer (same dtype/device).
         backend: ``"triton"`` or ``"torch"``; default :data:`kernels.BACKEND`.
         check_values: check lengths and block ids on the host (one sync). Benchmarks
@@ -178,8 +182,8 @@ def paged_attention(
     """
     name = _resolve(backend)
     check_attention_inputs(q, k_cache, v_cache, block_tables, seq_lens, name, check_values)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[2])
+    scale = 1.0 / math.sqrt(q.shape[2]) if scale is None else require_positive_finite(
+        "scale", scale)
     if out is None:
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
@@ -191,8 +195,11 @@ def paged_attention(
         context_tokens = block_tables.shape[1] * k_cache.shape[1]
         num_splits = choose_num_splits(q.shape[0], k_cache.shape[2], context_tokens,
                                        _num_sms(q.device))
-    elif not isinstance(num_splits, int) or num_splits < 1:
-        raise ValueError(f"num_splits must be a positive int, got {num_splits!r}")
+    else:
+        # Bounded: each split is a program and a row of the partial buffer even when it
+        # holds no token, so 2,000 splits of a short context took 32 s in the interpreter.
+        num_splits = require_int_in("num_splits", num_splits, 1, MAX_SPLITS,
+                                    "the splits per sequence for flash-decoding")
     if q.shape[0] == 0:
         return out
     if name == "torch":

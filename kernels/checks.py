@@ -9,6 +9,9 @@ device-to-host sync; benchmarks turn that part off.
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 
 from . import backend
@@ -24,6 +27,25 @@ def require_tensor(name: str, x: object, ndim: int) -> torch.Tensor:
     if x.dim() != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
     return x
+
+
+def require_int_in(name: str, x: object, low: int, high: int, why: str = "") -> int:
+    """``x`` as an int in ``low..high`` (bools and floats refused: ``True`` is not a count)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral) or not low <= x <= high:
+        hint = f" ({why})" if why else ""
+        raise ValueError(f"{name} must be an int in {low}..{high}{hint}, got {x!r}")
+    return int(x)
+
+
+def require_positive_finite(name: str, x: object) -> float:
+    """``x`` as a finite float > 0. NaN and inf would turn every output into NaN without
+    an error, and a zero or negative softmax scale is a bug (uniform or inverted attention)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise ValueError(f"{name} must be a finite float > 0, got {type(x).__name__} {x!r}")
+    value = float(x)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite float > 0, got {value!r}")
+    return value
 
 
 def require_same_device(backend_name: str, **tensors: torch.Tensor) -> torch.device:
