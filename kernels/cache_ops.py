@@ -8,6 +8,7 @@ allocators hand out.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -33,6 +34,8 @@ def write_kv(
     A slot of -1 means "skip this token" (padding in a batch). Slots must be distinct
     (two tokens into one slot would race); with ``check_values`` they are checked to
     lie in ``-1 .. num_blocks * block_size - 1`` and to be distinct (one host sync).
+    Any tensor may be a strided view (a sliced ``slot_mapping`` column, a cache that is
+    a slice of a bigger one): both backends index through strides.
     """
     name = _backend.resolve(backend)
     require_cache_pair(k_cache, v_cache)
@@ -78,12 +81,25 @@ def write_kv(
     triton_cache_ops.launch_write_kv(k_cache, v_cache, k, v, slot_mapping)
 
 
-def write_kv_torch(k_cache, v_cache, k, v, slot_mapping) -> None:
-    """Vectorised torch version: index_put through a flat [B*BS, KVH, D] view."""
-    keep = slot_mapping >= 0
-    slots = slot_mapping[keep].long()
-    k_cache.view(-1, *k_cache.shape[2:])[slots] = k[keep]
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = v[keep]
+def write_kv_torch(
+    k_cache: torch.Tensor,  # [B, BS, KVH, D], any strides
+    v_cache: torch.Tensor,  # [B, BS, KVH, D], any strides
+    k: torch.Tensor,  # [T, KVH, D]
+    v: torch.Tensor,  # [T, KVH, D]
+    slot_mapping: torch.Tensor,  # int [T], -1 skips a token
+) -> None:
+    """Vectorised torch version: index_put at (slot // block_size, slot % block_size).
+
+    Two index tensors rather than a flat ``[B*BS, KVH, D]`` view: a view needs the first
+    two dims to be contiguous with each other, and a strided cache raised a bare
+    RuntimeError; advanced indexing writes through any strides.
+    """
+    block_size = k_cache.shape[1]
+    keep = slot_mapping >= 0  # [T]
+    slots = slot_mapping[keep].long()  # [T'] real slots
+    block, offset = slots // block_size, slots % block_size  # [T'] each
+    k_cache[block, offset] = k[keep]
+    v_cache[block, offset] = v[keep]
 
 
 def write_kv_reference(k_cache, v_cache, k, v, slot_mapping) -> None:
@@ -99,19 +115,53 @@ def write_kv_reference(k_cache, v_cache, k, v, slot_mapping) -> None:
 # --------------------------------------------------------------------------- copy_blocks
 
 
+def _pair_rows(pairs: Iterable[Sequence[int]]) -> list[tuple[int, int]]:
+    """Python pairs as int tuples, refusing anything but two ints per pair.
+
+    ``torch.tensor`` would truncate ``(1.7, 6.9)`` to ``(1, 6)`` and read ``True`` as 1,
+    silently copying a block nobody named, so each entry is checked first.
+    """
+    rows: list[tuple[int, int]] = []
+    for i, pair in enumerate(pairs):
+        try:
+            row = tuple(pair)
+        except TypeError:
+            raise ValueError(
+                f"pairs[{i}] = {pair!r} is not a (src_block, dst_block) pair"
+            ) from None
+        if len(row) != 2 or any(
+            isinstance(b, bool) or not isinstance(b, numbers.Integral) for b in row
+        ):
+            raise ValueError(
+                f"pairs[{i}] = {pair!r} must be two int block ids (src_block, dst_block)"
+            )
+        rows.append((int(row[0]), int(row[1])))
+    return rows
+
+
+def _check_pair_values(host: torch.Tensor, num_blocks: int) -> None:
+    """Block ids in range, and pairs independent. ``host``: int64 [num_pairs, 2] on the CPU."""
+    bad = ((host < 0) | (host >= num_blocks)).any(dim=1).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(
+            f"pairs[{bad[0]}] = {tuple(host[bad[0]].tolist())} names a block outside "
+            f"0..{num_blocks - 1}"
+        )
+    srcs, dsts = set(host[:, 0].tolist()), host[:, 1].tolist()
+    if len(set(dsts)) != len(dsts) or srcs & set(dsts):
+        raise ValueError("copy_blocks pairs overlap: a destination repeats or is a source")
+
+
 def as_pairs_tensor(pairs: torch.Tensor | Iterable[Sequence[int]], device) -> torch.Tensor:
-    """``(src_block, dst_block)`` pairs as an int64 ``[num_pairs, 2]`` tensor."""
+    """``(src_block, dst_block)`` pairs as an int64 ``[num_pairs, 2]`` tensor on ``device``."""
     if isinstance(pairs, torch.Tensor):
         t = pairs
     else:
-        rows = [tuple(p) for p in pairs]
-        if any(len(r) != 2 for r in rows):
-            raise ValueError(f"pairs must be (src_block, dst_block) pairs, got {rows}")
-        t = torch.tensor(rows, dtype=torch.int64).reshape(-1, 2)
+        t = torch.tensor(_pair_rows(pairs), dtype=torch.int64).reshape(-1, 2)
     if t.dim() != 2 or t.shape[1] != 2:
         raise ValueError(f"pairs must be [num_pairs, 2], got shape {tuple(t.shape)}")
     if t.dtype not in INDEX_DTYPES:
-        raise ValueError(f"pairs must be an integer tensor, got {t.dtype}")
+        raise ValueError(f"pairs must be an int32 or int64 tensor, got {t.dtype}")
     return t.to(device=device, dtype=torch.int64).contiguous()
 
 
@@ -127,27 +177,23 @@ def copy_blocks(
 
     Pairs are independent: a destination block may not appear twice nor be another
     pair's source (the kernel runs all pairs at once, so the order would be undefined).
+    Block ids are ints in ``0 .. num_blocks - 1``. Python pairs are always checked (they
+    are on the host already); a device tensor of pairs only with ``check_values`` (a sync).
     """
     name = _backend.resolve(backend)
     require_cache_pair(k_cache, v_cache)
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("copy_blocks needs contiguous caches (a block is one run of memory)")
-    pairs_t = as_pairs_tensor(pairs, k_cache.device)
+    # Parsed where the pairs are (Python pairs: on the host), checked, then moved.
+    where = pairs.device if isinstance(pairs, torch.Tensor) else torch.device("cpu")
+    pairs_t = as_pairs_tensor(pairs, where)  # int64 [num_pairs, 2]
+    if pairs_t.shape[0] and (check_values or pairs_t.device.type == "cpu"):
+        # Host pairs cost nothing to check; a block id out of range is a wild write.
+        _check_pair_values(pairs_t.cpu(), k_cache.shape[0])
+    pairs_t = pairs_t.to(k_cache.device)
     require_same_device(name, k_cache=k_cache, v_cache=v_cache, pairs=pairs_t)
     if pairs_t.shape[0] == 0:
         return
-    if check_values:
-        host = pairs_t.cpu()
-        num_blocks = k_cache.shape[0]
-        bad = ((host < 0) | (host >= num_blocks)).any(dim=1).nonzero().flatten().tolist()
-        if bad:
-            raise ValueError(
-                f"pair {bad[0]} = {host[bad[0]].tolist()} names a block outside "
-                f"0..{num_blocks - 1}"
-            )
-        srcs, dsts = set(host[:, 0].tolist()), host[:, 1].tolist()
-        if len(set(dsts)) != len(dsts) or srcs & set(dsts):
-            raise ValueError("copy_blocks pairs overlap: a destination repeats or is a source")
     if name == "torch":
         copy_blocks_torch(k_cache, v_cache, pairs_t)
         return
