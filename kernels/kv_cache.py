@@ -128,7 +128,27 @@ class KVCache:
 
         Copy-on-write copies the allocator asks for are carried out here, before the
         caller writes the new tokens (they must precede every write of this step).
+
+        All or nothing: when the appends cannot all succeed this raises
+        ``OutOfMemoryError`` (or ``ValueError`` for an unknown or repeated id) before
+        anything changes. Appending one by one and failing halfway would leave the
+        earlier sequences one token longer, pointing at a copy-on-write block whose
+        copy never ran (their first tokens would read back as the NaN sentinel).
         """
+        seq_ids = list(seq_ids)
+        seen: set[SeqId] = set()
+        for seq_id in seq_ids:
+            # can_append_all predicts one append per sequence; a repeated id would make
+            # it wrong, and two new tokens of one sequence in one step is a caller bug.
+            if seq_id in seen:
+                raise ValueError(f"append_slots got sequence id {seq_id!r} twice")
+            seen.add(seq_id)
+        if not self.allocator.can_append_all(seq_ids):  # ValueError for an unknown id
+            shown = ", ".join(repr(s) for s in seq_ids[:8]) + (", ..." if len(seq_ids) > 8 else "")
+            raise pagedsim.OutOfMemoryError(
+                f"no room to append one token to each of {len(seq_ids)} sequences "
+                f"({shown}); nothing was changed"
+            )
         slots, copies = [], []
         for seq_id in seq_ids:
             slot, copy = self.allocator.append_slot(seq_id)
