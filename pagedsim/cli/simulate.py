@@ -1,0 +1,254 @@
+"""The simulator's main job: ``pagedsim compare``, ``pagedsim sweep`` and
+``pagedsim figures`` (see :mod:`pagedsim.experiments`), and the options they share.
+
+Heavy imports (pandas, matplotlib, the experiments) happen inside the ``run_*`` functions,
+so ``pagedsim --help`` and ``pagedsim budget`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..specs import GPUS, MODELS
+from ..units import GiB
+from .argtypes import csv_list, gib_to_bytes, rate
+from .base import UNITS_NOTE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..experiments import Experiment
+
+
+def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | None,
+                           num_requests_default: int | None) -> None:
+    """Options shared by ``compare`` and ``sweep``: what to simulate and on what."""
+    from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
+
+    wl = workload_default or "per sweep"
+    p.add_argument("--workload", default=workload_default, metavar="{sharegpt,alpaca,PATH}",
+                   help=f"synthetic ShareGPT-/Alpaca-like lengths, or a trace file (Azure "
+                        f"2023 CSV or pagedsim CSV/JSONL; its arrival times are used) "
+                        f"(default {wl})")
+    p.add_argument("--model", default="opt-13b", metavar="NAME",
+                   help=f"model preset, one of: {', '.join(MODELS)} (default opt-13b)")
+    p.add_argument("--gpu", default="a100-40gb", metavar="NAME",
+                   help=f"GPU preset, one of: {', '.join(GPUS)} (default a100-40gb)")
+    p.add_argument("--num-gpus", type=int, default=1, metavar="N",
+                   help="GPUs the model is sharded over (default 1)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=1.0, metavar="FRACTION",
+                   help="fraction of GPU memory the engine claims (default 1.0, the paper's "
+                        "Table 1 arithmetic)")
+    p.add_argument("--activation-gb", type=gib_to_bytes, default=2 * GiB, metavar="GIB",
+                   help="activation memory in GiB (default 2: with OPT-13B on an A100-40GB "
+                        "this leaves the paper's 12 GiB = 15,728 KV slots)")
+    p.add_argument("--weights-gb", type=gib_to_bytes, default=None, metavar="GIB",
+                   help="weights in GiB (default: the model preset's)")
+    p.add_argument("--rate", type=rate, default=None, metavar="REQ_PER_S",
+                   help=f"Poisson arrival rate in requests/s (default {DEFAULT_RATE:g} for "
+                        "compare, which saturates every scheme; see pagedsim.experiments); "
+                        "not for traces")
+    nr = num_requests_default or DEFAULT_NUM_REQUESTS
+    p.add_argument("--num-requests", type=int, default=None, metavar="N",
+                   help=f"requests to simulate (default {nr}); not for traces")
+    p.add_argument("--block-size", type=int, default=16, metavar="TOKENS",
+                   help="token slots per KV block (default 16)")
+    p.add_argument("--n", type=int, default=1, metavar="N",
+                   help="parallel samples per request (default 1)")
+    p.add_argument("--beam-width", type=int, default=1, metavar="K",
+                   help="beam-search width per request (default 1: no beam search)")
+    p.add_argument("--preemption", default=None, metavar="{recompute,swap}",
+                   help="what to do with a preempted request (default recompute; the "
+                        "sharing sweep swaps, as vLLM does for multi-sequence groups)")
+    p.add_argument("--swap-gb", type=gib_to_bytes, default=4 * GiB, metavar="GIB",
+                   help="CPU swap space in GiB for --preemption swap (default 4, vLLM's)")
+    p.add_argument("--seed", type=int, default=0, metavar="SEED",
+                   help="seed of the workload and of beam search (default 0)")
+    p.add_argument("--jobs", type=int, default=-1, metavar="N",
+                   help="worker processes (joblib); -1 = every CPU, 1 = no subprocess "
+                        "(default -1)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar and no list of files written")
+
+
+def experiment(args: argparse.Namespace, workload: str | None = None,
+               num_requests: int | None = None, rate: float | None = None,
+               preemption: str = "recompute") -> Experiment:
+    """Build a :class:`pagedsim.experiments.Experiment` from the shared options."""
+    from ..experiments import WORKLOAD_NAMES, Experiment
+
+    workload = args.workload or workload or "sharegpt"
+    fields = dict(
+        model=args.model, gpu=args.gpu, num_gpus=args.num_gpus,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        activation_bytes=args.activation_gb, weights_bytes=args.weights_gb,
+        workload=workload, seed=args.seed, n=args.n, beam_width=args.beam_width,
+        block_size=args.block_size, preemption=args.preemption or preemption,
+        swap_bytes=args.swap_gb,
+    )
+    if workload not in WORKLOAD_NAMES:
+        for flag, value in (("--rate", args.rate), ("--num-requests", args.num_requests)):
+            if value is not None:
+                raise ValueError(f"{flag} does not apply to a trace ({workload}): its rows "
+                                 "give the requests and their arrival times")
+    if args.rate is not None or rate is not None:
+        fields["rate_per_s"] = args.rate if args.rate is not None else rate
+    if args.num_requests is not None or num_requests is not None:
+        fields["num_requests"] = (args.num_requests if args.num_requests is not None
+                                  else num_requests)
+    return Experiment(**fields)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """A progress bar only on a terminal and without --quiet."""
+    return not args.quiet and sys.stderr.isatty()
+
+
+def _report_written(args: argparse.Namespace, paths: Sequence[object]) -> None:
+    if not args.quiet:
+        for path in paths:
+            print(f"wrote {path}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------------------
+# compare
+
+
+def add_compare(subparsers: argparse._SubParsersAction) -> None:
+    from ..schemes import DEFAULT_SCHEMES
+
+    p = subparsers.add_parser(
+        "compare",
+        help="replay one workload through every scheme: where the KV pool goes (Fig. 2)",
+        description=(
+            "Replay one workload through contiguous and paged allocation and report, per "
+            "scheme, the time-weighted shares of the KV pool (token, reserved, internal "
+            "and external fragmentation, free), the mean batch size, throughput and "
+            "preemptions, beside the vLLM paper's Figure 2 and Figure 13 numbers. Defaults: "
+            "the paper's setting (OPT-13B, one A100-40GB, 15,728 KV slots), ShareGPT-like "
+            "load at 5 req/s. Writes CSVs and PNGs to --out. " + UNITS_NOTE + "."
+        ),
+    )
+    add_experiment_options(p, "sharegpt", None)
+    p.add_argument("--schemes", type=csv_list(str), default=list(DEFAULT_SCHEMES),
+                   metavar="LIST",
+                   help=f"comma-separated schemes (default {','.join(DEFAULT_SCHEMES)}); "
+                        "contiguous-<max|pow2|oracle>[-first-fit|-best-fit|-buddy] or paged")
+    p.add_argument("--part", choices=("saturated", "all"), default="saturated",
+                   help="shares over the saturated steps (requests waiting; the default, as "
+                        "the paper's Figure 2) or the whole run")
+    p.add_argument("--out", default="figures", metavar="DIR",
+                   help="folder for compare_summary.csv, compare_steps.csv and PNGs "
+                        "(default figures/)")
+    p.add_argument("--no-write", action="store_true", help="write no file")
+    p.add_argument("--max-step-rows", type=int, default=1000, metavar="N",
+                   help="per-step CSV: keep every k-th step so at most N rows per scheme "
+                        "remain (0 = every step; default 1000)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON list of rows (scheme, the five shares as fractions "
+                        "summing to 1, mean_batch_size, throughput_tokens_per_s, "
+                        "preemptions, ...) instead of the table")
+    p.set_defaults(run=run_compare)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from ..experiments import check_schemes, compare, compare_table, json_rows, write_compare
+
+    if args.max_step_rows < 0:
+        raise ValueError(f"--max-step-rows must be >= 0, got {args.max_step_rows}")
+    schemes = check_schemes(args.schemes)  # before any work, so a typo fails at once
+    exp = experiment(args)
+    cmp = compare(exp, schemes, jobs=args.jobs, progress=_progress(args),
+                  keep_steps=not args.no_write, part=args.part)
+    if args.json:
+        print(json.dumps(json_rows(cmp), indent=1))
+    else:
+        print(compare_table(cmp))
+    if not args.no_write:
+        _report_written(args, write_compare(cmp, args.out, max_step_rows=args.max_step_rows))
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# sweep
+
+
+def add_sweep(subparsers: argparse._SubParsersAction) -> None:
+    from ..experiments.sweeps import SWEEPS
+
+    names = ", ".join(SWEEPS)
+    p = subparsers.add_parser(
+        "sweep",
+        help="sweep block size, request rate, n / beam width, or swap vs recompute",
+        description=(
+            "Run one configuration per swept value (in parallel processes, joblib) and "
+            "write a CSV and PNG curves to --out. block-size: internal fragmentation and "
+            "throughput of paged allocation for block sizes 1..256; rate: mean batch size "
+            "per scheme against the request rate (the paper's Fig. 13); sharing: memory "
+            "saved by sharing for parallel sampling (n) and beam search (width) on an "
+            "Alpaca-like load (paper section 6.3); preemption: swap versus recompute across "
+            "block sizes. all: every sweep. For a Dask cluster see pagedsim.experiments."
+        ),
+    )
+    p.add_argument("name", choices=[*SWEEPS, "all"], metavar="SWEEP", nargs="?",
+                   default="all", help=f"which sweep: {names} or all (the default)")
+    add_experiment_options(p, None, None)
+    p.add_argument("--values", type=csv_list(float), default=None, metavar="LIST",
+                   help="comma-separated values to sweep (block sizes, rates, or n = beam "
+                        "widths for sharing); default: the sweep's own")
+    p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",
+                   help="schemes of the rate sweep (default the four of compare)")
+    p.add_argument("--out", default="figures", metavar="DIR",
+                   help="folder for sweep_<name>.csv and PNGs (default figures/)")
+    p.add_argument("--no-write", action="store_true", help="write no file")
+    p.set_defaults(run=run_sweep)
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from ..experiments import SWEEPS, sweep_table, write_sweep
+    from ..experiments import run_sweep as run_one
+
+    names = list(SWEEPS) if args.name == "all" else [args.name]
+    if args.values is not None and len(names) > 1:
+        raise ValueError("--values needs one sweep, not all")
+    for name in names:
+        df = run_one(name, lambda **kw: experiment(args, **kw), values=args.values,
+                     schemes=args.schemes, jobs=args.jobs, progress=_progress(args))
+        print(sweep_table(name, df))
+        print()
+        if not args.no_write:
+            _report_written(args, write_sweep(name, df, args.out))
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# figures
+
+
+def add_figures(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "figures",
+        help="regenerate every committed figure and CSV under figures/",
+        description=(
+            "Run compare and every sweep with their defaults and write their CSVs and PNGs "
+            "(deterministic: same code, same files) to --out."
+        ),
+    )
+    p.add_argument("--out", default="figures", metavar="DIR",
+                   help="folder to write (default figures/)")
+    p.add_argument("--jobs", type=int, default=-1, metavar="N",
+                   help="worker processes (joblib); -1 = every CPU (default -1)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar and no list of files written")
+    p.set_defaults(run=run_figures)
+
+
+def run_figures(args: argparse.Namespace) -> int:
+    from ..experiments import make_figures
+
+    paths = make_figures(args.out, jobs=args.jobs, progress=_progress(args),
+                         log=None if args.quiet else sys.stderr)
+    _report_written(args, paths)
+    return 0

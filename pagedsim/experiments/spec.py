@@ -1,0 +1,166 @@
+"""What to simulate: the :class:`Experiment` dataclass, its defaults and its checks.
+
+An experiment names a model and GPUs (hence the KV pool), a workload and the scheduler's
+limits. Everything that can be checked without simulating is checked when it is built, so
+bad input fails before any work; :mod:`pagedsim.experiments.runner` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from ..accounting import CATEGORIES
+from ..budget import kv_budget
+from ..cost import CostModel
+from ..scheduler import PREEMPTION_MODES, SchedulerConfig
+from ..specs import get_gpu, get_model
+from ..units import GiB
+from ..validate import check_choice, check_int
+from ..workload import Request, WorkloadConfig, generate_workload
+
+try:  # the scheme registry (pagedsim.schemes.get_scheme), being written alongside this
+    from ..schemes import get_scheme as _lookup_scheme
+except ImportError:  # pragma: no cover - the name-parsing pagedsim.schemes before it
+    from ..schemes import parse_scheme as _lookup_scheme  # type: ignore[attr-defined,no-redef]
+
+#: Default Poisson arrival rate (requests/s); see :mod:`pagedsim.experiments` for why 5.
+DEFAULT_RATE = 5.0
+#: Default number of requests per run.
+DEFAULT_NUM_REQUESTS = 2000
+#: Workload kinds the CLI accepts by name (anything else is a trace file path).
+WORKLOAD_NAMES = ("sharegpt", "alpaca")
+#: Which part of the run a compare table reports: saturated steps, or all of it.
+PARTS = ("saturated", "all")
+#: Keys of one ``--json`` row of ``pagedsim compare`` (more may follow them).
+JSON_KEYS = ("scheme", *CATEGORIES, "mean_batch_size", "throughput_tokens_per_s",
+             "preemptions")
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """What to simulate: model and GPUs (hence the KV pool), workload, scheduler.
+
+    Sizes in bytes, rates in requests/s. ``workload`` is ``"sharegpt"``, ``"alpaca"`` or
+    the path of a trace file (:func:`pagedsim.traces.load_trace`; its arrival times are
+    used and ``rate_per_s`` / ``num_requests`` are ignored; requests longer than the
+    model's context are handled per ``on_too_long``). ``n`` / ``beam_width`` are given to
+    every request (they override a trace's). ``swap_bytes`` is the CPU swap space for
+    ``preemption="swap"`` (vLLM's default ``swap_space`` is 4 GiB per GPU).
+    ``max_num_batched_tokens`` None means ``max(2048, max_model_len)``.
+    """
+
+    model: str = "opt-13b"
+    gpu: str = "a100-40gb"
+    num_gpus: int = 1
+    gpu_memory_utilization: float = 1.0
+    activation_bytes: int = 2 * GiB
+    weights_bytes: int | None = None
+    workload: str = "sharegpt"
+    rate_per_s: float = DEFAULT_RATE
+    num_requests: int = DEFAULT_NUM_REQUESTS
+    seed: int = 0
+    n: int = 1
+    beam_width: int = 1
+    block_size: int = 16
+    preemption: str = "recompute"
+    swap_bytes: int = 4 * GiB
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    on_too_long: str = "clip"
+
+    def __post_init__(self) -> None:
+        get_model(self.model)  # unknown presets fail here, before any work
+        get_gpu(self.gpu)
+        check_int("num_requests", self.num_requests, minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        check_int("n", self.n, minimum=1)
+        check_int("beam_width", self.beam_width, minimum=1)
+        check_int("block_size", self.block_size, minimum=1)
+        check_int("swap_bytes", self.swap_bytes, minimum=0)
+        check_choice("preemption", self.preemption, PREEMPTION_MODES)
+        if self.n > 1 and self.beam_width > 1:
+            raise ValueError(f"n ({self.n}) and beam_width ({self.beam_width}) cannot both "
+                             "exceed 1; choose parallel sampling or beam search")
+        if isinstance(self.rate_per_s, bool) or not isinstance(self.rate_per_s, (int, float)):
+            raise TypeError(f"rate must be a number, got {self.rate_per_s!r}")
+        if math.isnan(self.rate_per_s) or self.rate_per_s <= 0:
+            raise ValueError(f"rate must be > 0 requests/s (inf = all at t = 0), "
+                             f"got {self.rate_per_s!r}")
+        if self.workload not in WORKLOAD_NAMES and not os.path.isfile(self.workload):
+            raise ValueError(f"workload {self.workload!r} is neither one of "
+                             f"{', '.join(WORKLOAD_NAMES)} nor an existing trace file")
+
+    @property
+    def max_model_len(self) -> int:
+        """The model's context in tokens (requests are clipped to it)."""
+        return get_model(self.model).max_model_len
+
+    def capacity_slots(self) -> int:
+        """Token slots of the KV pool (:func:`pagedsim.budget.kv_budget`'s ``max_tokens``:
+        whole blocks of ``block_size``; the contiguous schemes get the same slots)."""
+        return kv_budget(self.model, self.gpu, weights_bytes=self.weights_bytes,
+                         gpu_memory_utilization=self.gpu_memory_utilization,
+                         activation_bytes=self.activation_bytes, block_size=self.block_size,
+                         num_gpus=self.num_gpus).max_tokens
+
+    def scheduler_config(self) -> SchedulerConfig:
+        """The scheduler's limits; the CPU swap pool in slots from ``swap_bytes``."""
+        model = get_model(self.model)
+        batched = self.max_num_batched_tokens or max(2048, model.max_model_len)
+        return SchedulerConfig(
+            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=batched,
+            preemption=self.preemption, seed=self.seed,
+            cpu_swap_slots=self.swap_bytes // model.bytes_per_token,
+        )
+
+    def cost_model(self) -> CostModel:
+        """The roofline step-time model for this model and GPUs."""
+        return CostModel(get_model(self.model), get_gpu(self.gpu), num_gpus=self.num_gpus)
+
+    def requests(self) -> list[Request]:
+        """The workload (deterministic: same experiment, same requests)."""
+        if self.workload in WORKLOAD_NAMES:
+            return generate_workload(WorkloadConfig(
+                kind=self.workload, num_requests=self.num_requests,
+                rate_per_s=float(self.rate_per_s), seed=self.seed,
+                max_model_len=self.max_model_len, n=self.n, beam_width=self.beam_width))
+        from ..traces import load_trace
+
+        reqs = load_trace(self.workload, self.max_model_len, self.on_too_long).requests
+        if not reqs:
+            raise ValueError(f"trace {self.workload!r} holds no request")
+        if self.n > 1 or self.beam_width > 1:
+            reqs = [replace(r, n=self.n, beam_width=self.beam_width) for r in reqs]
+        return reqs
+
+    def label(self) -> str:
+        """One line saying what was simulated, for table and figure captions."""
+        wl = (f"{self.workload}-like, {self.num_requests} requests at {self.rate_per_s:g} req/s"
+              if self.workload in WORKLOAD_NAMES else f"trace {os.path.basename(self.workload)}")
+        extra = (f", n={self.n}" if self.n > 1 else "") + (
+            f", beam width {self.beam_width}" if self.beam_width > 1 else "")
+        gpus = f"{self.num_gpus} x {self.gpu}" if self.num_gpus > 1 else self.gpu
+        return (f"{self.model} on {gpus}, {self.capacity_slots():,} KV slots "
+                f"(block {self.block_size}), {wl}{extra}, seed {self.seed}, "
+                f"preemption by {self.preemption}")
+
+
+def check_schemes(schemes: Sequence[str]) -> tuple[str, ...]:
+    """Validate scheme names (raises ``ValueError`` naming the bad one); no duplicates."""
+    if not schemes:
+        raise ValueError("no scheme given")
+    for s in schemes:
+        _lookup_scheme(s)  # raises ValueError naming the bad name and the valid ones
+    dup = sorted({s for s in schemes if list(schemes).count(s) > 1})
+    if dup:
+        raise ValueError(f"scheme(s) given twice: {', '.join(dup)}")
+    return tuple(schemes)
+
+
+def experiment_dict(exp: Experiment) -> dict[str, Any]:
+    """The experiment as a plain dict (for JSON/CSV provenance)."""
+    return asdict(exp)

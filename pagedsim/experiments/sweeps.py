@@ -1,0 +1,167 @@
+"""Sweeps: one run per value of a knob (block size, request rate, n / beam width, swap vs
+recompute), each returning a pandas frame with one row per run.
+
+:data:`SWEEPS` registers them by the name ``pagedsim sweep`` takes, with what their
+figures plot; :func:`run_sweep` runs one by name with its defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..paper import SHARING_SAVINGS_ALPACA, figure13_batch
+from ..scheduler import PREEMPTION_MODES
+from ..schemes import DEFAULT_SCHEMES
+from ..validate import check_choice
+from .runner import run_many
+from .spec import Experiment, check_schemes
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+#: Block sizes of the block-size sweep (slots per block), 1..256 as in the paper's Fig. 18.
+SWEEP_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: Request rates (requests/s) of the rate sweep.
+SWEEP_RATES = (1.0, 2.0, 3.0, 4.0, 6.0)
+#: Parallel samples and beam widths of the sharing sweep (paper section 6.3).
+SWEEP_NS = (2, 4, 6)
+SWEEP_BEAM_WIDTHS = (2, 4, 6)
+#: Block sizes of the swap-versus-recompute sweep (paper Fig. 19).
+SWEEP_PREEMPTION_BLOCK_SIZES = (1, 4, 16, 64, 256)
+
+
+def _frame(results: Iterable[tuple[dict[str, Any], Any]], **extra: Sequence[Any]
+           ) -> pd.DataFrame:
+    import pandas as pd
+
+    df = pd.DataFrame.from_records([r[0] for r in results])
+    for k, v in extra.items():
+        df[k] = list(v)
+    return df
+
+
+def sweep_block_size(exp: Experiment, block_sizes: Sequence[int] = SWEEP_BLOCK_SIZES,
+                     scheme: str = "paged", jobs: int | None = None,
+                     progress: bool | None = None) -> pd.DataFrame:
+    """One run per block size (``scheme`` paged by default): internal fragmentation
+    (``all_internal_frag``, ``sat_internal_frag``), throughput, batch, preemptions."""
+    tasks = [(replace(exp, block_size=b), scheme) for b in block_sizes]
+    return _frame(run_many(tasks, jobs, progress, "block sizes"))
+
+
+def sweep_rate(exp: Experiment, rates: Sequence[float] = SWEEP_RATES,
+               schemes: Sequence[str] = DEFAULT_SCHEMES, jobs: int | None = None,
+               progress: bool | None = None) -> pd.DataFrame:
+    """One run per (rate, scheme): mean batch size per scheme against the request rate
+    (the paper's Figure 13); the paper's batch at its rate is in ``paper_batch``."""
+    schemes = check_schemes(schemes)
+    tasks = [(replace(exp, rate_per_s=float(r)), s) for r in rates for s in schemes]
+    df = _frame(run_many(tasks, jobs, progress, "rates x schemes"))
+    df["paper_batch"] = [figure13_batch(s, exp.workload) for s in df["scheme"]]
+    return df
+
+
+def sweep_sharing(exp: Experiment, ns: Sequence[int] = SWEEP_NS,
+                  beam_widths: Sequence[int] = SWEEP_BEAM_WIDTHS, scheme: str = "paged",
+                  jobs: int | None = None, progress: bool | None = None) -> pd.DataFrame:
+    """Sharing savings (``1 - physical / logical`` blocks, time-weighted) for parallel
+    sampling at each ``n`` and beam search at each width; ``mode`` is ``parallel`` or
+    ``beam``, ``width`` the n or beam width, ``paper_saving`` the paper's section 6.3
+    number (Alpaca) where it has one."""
+    tasks = [(replace(exp, n=k, beam_width=1), scheme) for k in ns]
+    tasks += [(replace(exp, n=1, beam_width=k), scheme) for k in beam_widths]
+    modes = ["parallel"] * len(ns) + ["beam"] * len(beam_widths)
+    widths = [*ns, *beam_widths]
+    paper = [SHARING_SAVINGS_ALPACA[m].get(w, math.nan) if exp.workload == "alpaca"
+             else math.nan for m, w in zip(modes, widths, strict=True)]
+    return _frame(run_many(tasks, jobs, progress, "sharing"), mode=modes, width=widths,
+                  paper_saving=paper)
+
+
+def sweep_preemption(exp: Experiment,
+                     block_sizes: Sequence[int] = SWEEP_PREEMPTION_BLOCK_SIZES,
+                     scheme: str = "paged", jobs: int | None = None,
+                     progress: bool | None = None) -> pd.DataFrame:
+    """Swap versus recompute across block sizes: throughput, normalized latency,
+    preemptions and swaps per (preemption mode, block size)."""
+    tasks = [(replace(exp, block_size=b, preemption=p), scheme)
+             for p in PREEMPTION_MODES for b in block_sizes]
+    return _frame(run_many(tasks, jobs, progress, "preemption x block sizes"))
+
+
+#: name -> (function, the columns each of its figures plots (a tuple: several in one
+#: figure), x column, log x?, group column)
+SWEEPS: dict[str, tuple[Callable[..., Any], tuple[str | tuple[str, ...], ...], str, bool,
+                        str | None]] = {
+    "block-size": (sweep_block_size, (("all_reserved", "all_internal_frag"),
+                                      "throughput_tokens_per_s"), "block_size", True, None),
+    "rate": (sweep_rate, ("mean_batch_size",), "rate_per_s", False, "scheme"),
+    "sharing": (sweep_sharing, ("sharing_saving",), "width", False, "mode"),
+    "preemption": (sweep_preemption, ("throughput_tokens_per_s", "p50_normalized_latency_s"),
+                   "block_size", True, "preemption"),
+}
+
+#: The workload each sweep uses by default (sharing: Alpaca-like, as the paper's 6.3).
+SWEEP_DEFAULT_WORKLOAD = {"block-size": "sharegpt", "rate": "sharegpt", "sharing": "alpaca",
+                          "preemption": "sharegpt"}
+#: Requests per run of each sweep by default: fewer than compare's 2,000 so that a sweep
+#: of 9-20 runs takes about a minute or less on a 2-core laptop.
+SWEEP_NUM_REQUESTS: dict[str, int] = {"block-size": 1000, "rate": 800, "sharing": 1000,
+                                      "preemption": 1000}
+#: Arrival rate (requests/s) of each sweep by default (the rate sweep varies it): 5 req/s
+#: saturates the ShareGPT-like load (see :mod:`pagedsim.experiments`); the sharing sweep
+#: uses the Alpaca-like load at the paper's Figure 13 Alpaca rate, 30 req/s.
+SWEEP_RATE: dict[str, float] = {"block-size": 5.0, "rate": 5.0, "sharing": 30.0,
+                                "preemption": 5.0}
+#: Preemption mode of each sweep by default (the preemption sweep varies it). The
+#: sharing sweep swaps: vLLM v0 preempts multi-sequence groups (parallel samples, beams)
+#: by swapping, and our scheduler's recompute re-prefills each sequence of a preempted
+#: group on its own, so recompute would undo the very sharing the sweep measures
+#: (measured, Alpaca-like at 30 req/s: n = 2/4/6 saves 4.0/3.2/2.6% with recompute,
+#: 4.0/6.3/7.8% with swap).
+SWEEP_PREEMPTION: dict[str, str] = {"block-size": "recompute", "rate": "recompute",
+                                    "sharing": "swap", "preemption": "recompute"}
+
+
+def _ints(name: str, values: Sequence[float]) -> list[int]:
+    out = []
+    for v in values:
+        if float(v) != int(v) or v < 1:
+            raise ValueError(f"sweep {name}: values must be whole numbers >= 1, got {v:g}")
+        out.append(int(v))
+    return out
+
+
+def run_sweep(name: str, make_experiment: Callable[..., Experiment],
+              values: Sequence[float] | None = None, schemes: Sequence[str] | None = None,
+              jobs: int | None = None, progress: bool | None = None) -> pd.DataFrame:
+    """Run the sweep called ``name`` (a key of :data:`SWEEPS`).
+
+    ``make_experiment(workload=..., num_requests=..., rate=..., preemption=...)`` builds
+    the base
+    experiment from the sweep's defaults (the CLI lets its flags override them);
+    ``values`` replaces the swept values (block sizes, rates, or the n / beam widths).
+    """
+    check_choice("sweep", name, tuple(SWEEPS))
+    exp = make_experiment(workload=SWEEP_DEFAULT_WORKLOAD[name],
+                          num_requests=SWEEP_NUM_REQUESTS[name], rate=SWEEP_RATE[name],
+                          preemption=SWEEP_PREEMPTION[name])
+    if schemes is not None and name != "rate":
+        raise ValueError(f"--schemes applies to the rate sweep, not {name}")
+    if name == "block-size":
+        vals = _ints(name, values) if values is not None else SWEEP_BLOCK_SIZES
+        return sweep_block_size(exp, vals, jobs=jobs, progress=progress)
+    if name == "rate":
+        if values is not None and any(not v > 0 for v in values):
+            raise ValueError(f"sweep rate: rates must be > 0, got {list(values)}")
+        vals = [float(v) for v in values] if values is not None else SWEEP_RATES
+        return sweep_rate(exp, vals, schemes or DEFAULT_SCHEMES, jobs=jobs, progress=progress)
+    if name == "sharing":
+        vals = _ints(name, values) if values is not None else None
+        return sweep_sharing(exp, vals or SWEEP_NS, vals or SWEEP_BEAM_WIDTHS, jobs=jobs,
+                             progress=progress)
+    vals = _ints(name, values) if values is not None else SWEEP_PREEMPTION_BLOCK_SIZES
+    return sweep_preemption(exp, vals, jobs=jobs, progress=progress)

@@ -1,0 +1,122 @@
+"""The plain-text tables ``pagedsim compare`` and ``pagedsim sweep`` print (and
+``figures/README.md`` holds): ours beside the vLLM paper's numbers, fractions as %.
+
+The column layout itself is :func:`pagedsim.textfmt.format_table`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ..accounting import CATEGORIES
+from ..paper import FIGURE13_BATCH, FIGURE13_RATE, figure2_share, figure13_batch
+from ..textfmt import format_table
+from .runner import Comparison, shares_frame
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+
+def _pct(x: float) -> str:
+    """A fraction as a percentage with one decimal (``0.936 -> '93.6'``); '-' for NaN."""
+    return "-" if x is None or math.isnan(x) else f"{100 * x:.1f}"
+
+
+def _fmt(x: float, spec: str) -> str:
+    """``format(x, spec)``, or '-' for a missing number."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def compare_table(cmp: Comparison) -> str:
+    """The plain-text table ``pagedsim compare`` prints: ours, then the paper's."""
+    df = shares_frame(cmp.summary, cmp.part)
+    exp = cmp.experiment
+    workload = exp.workload if exp.workload in FIGURE13_BATCH else None
+    headers = ["scheme", "token%", "reserved%", "internal%", "external%", "free%", "batch",
+               "tokens/s", "preempt", "| paper:", "token%", "reserved%", "internal%",
+               "ext+other%", "batch"]
+    rows = []
+    for rec in df.to_dict("records"):
+        s = rec["scheme"]
+        ref_batch = figure13_batch(s, workload) if workload else math.nan
+        mark = "" if rec["part"] == cmp.part else " *"
+        rows.append([
+            s + mark, *(_pct(rec[c]) for c in CATEGORIES),
+            _fmt(rec["mean_batch_size"], ".2f"), _fmt(rec["throughput_tokens_per_s"], ",.0f"),
+            rec["preemptions"], "|",
+            *(_pct(figure2_share(s, c)) for c in CATEGORIES[:4]), _fmt(ref_batch, ".2f"),
+        ])
+    sat = ", ".join(f"{r['scheme']} {100 * r['saturated_time_fraction']:.0f}%"
+                    for r in df.to_dict("records"))
+    part_text = ("the saturated part of the run (steps after which requests were waiting; "
+                 f"share of simulated time: {sat})" if cmp.part == "saturated"
+                 else "the whole run")
+    lines = [
+        f"KV-cache memory by scheme: {exp.label()}",
+        f"shares: time-weighted % of the pool over {part_text}",
+        "batch: mean requests per step over steps that ran anything; tokens/s: generated "
+        "tokens / makespan (simulated, roofline cost model)",
+        "",
+        format_table(headers, rows),
+        "",
+        "paper: vLLM paper (Kwon et al., SOSP 2023) Fig. 2 shares (OPT-13B, A100-40GB, "
+        "ShareGPT, buddy-placed Orca baselines, matched by reservation; '-' = not given)",
+    ]
+    if workload:
+        lines.append(f"       and Fig. 13 mean batch size ({workload} at "
+                     f"{FIGURE13_RATE[workload]:g} req/s)")
+    if (df["part"] != cmp.part).any():
+        lines.append("* never saturated (no request ever waited): shares over the whole run")
+    return "\n".join(lines)
+
+
+#: Columns each sweep's table prints (after the swept ones).
+_SWEEP_TABLE: dict[str, tuple[str, ...]] = {
+    "block-size": ("block_size", "capacity_slots", "all_internal_frag", "sat_internal_frag",
+                   "all_reserved", "all_token", "mean_batch_size", "throughput_tokens_per_s",
+                   "preemptions"),
+    "rate": ("rate_per_s", "scheme", "mean_batch_size", "paper_batch",
+             "saturated_time_fraction", "throughput_tokens_per_s", "preemptions"),
+    "sharing": ("mode", "width", "sharing_saving", "paper_saving", "mean_batch_size",
+                "throughput_tokens_per_s", "cow_copies", "preemptions"),
+    "preemption": ("preemption", "block_size", "throughput_tokens_per_s",
+                   "p50_normalized_latency_s", "p90_normalized_latency_s", "preemptions",
+                   "swaps"),
+}
+#: Columns holding fractions, printed as percentages.
+_PERCENT = {"all_internal_frag", "sat_internal_frag", "all_reserved", "all_token", "sharing_saving",
+            "paper_saving", "saturated_time_fraction"}
+#: What each sweep's caption says after its workload.
+_SWEEP_NOTES = {
+    "block-size": "shares: time-weighted % of the pool over the whole run (all_) or the "
+                  "saturated part (sat_)",
+    "rate": f"paper_batch: vLLM paper Fig. 13, measured at {FIGURE13_RATE['sharegpt']:g} "
+            f"req/s (ShareGPT) / {FIGURE13_RATE['alpaca']:g} (Alpaca)",
+    "sharing": "saving: time-weighted 1 - physical/logical blocks; paper: vLLM paper "
+               "section 6.3 (Alpaca)",
+    "preemption": "normalized latency in s per output token",
+}
+
+
+def sweep_table(name: str, df: pd.DataFrame) -> str:
+    """The plain-text table ``pagedsim sweep`` prints (fractions shown as %)."""
+    cols = _SWEEP_TABLE[name]
+    headers = [c + (" %" if c in _PERCENT else "") for c in cols]
+    rows = []
+    for rec in df.to_dict("records"):
+        row = []
+        for c in cols:
+            v = rec[c]
+            if c in _PERCENT:
+                row.append(_pct(v))
+            elif isinstance(v, float):
+                row.append(_fmt(v, ",.4g" if "latency" in c else ",.2f"))
+            else:
+                row.append(v)
+        rows.append(row)
+    first = df.iloc[0]
+    about = (f"{first['workload']}-like, {int(first['num_requests'])} requests"
+             + (f" at {first['rate_per_s']:g} req/s" if name != "rate" else ""))
+    return "\n".join([f"sweep {name} ({about}); {_SWEEP_NOTES[name]}",
+                      format_table(headers, rows)])
