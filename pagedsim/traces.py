@@ -10,8 +10,8 @@ Two schemas, told apart by the file's first line (not its name):
 ``TIMESTAMP`` is a wall-clock time with up to 9 fractional digits (the published files
 have 7, i.e. 100 ns, more than Python 3.10's ``datetime`` parses, so we parse it
 ourselves, exactly, in integer nanoseconds); ``arrival_s`` becomes seconds since the
-first row. ``ContextTokens`` -> ``prompt_len``, ``GeneratedTokens`` -> ``output_len``.
-Other columns, if a release adds any, are ignored.
+first row (always: a date is no simulated time). ``ContextTokens`` -> ``prompt_len``,
+``GeneratedTokens`` -> ``output_len``. Other columns, if a release adds any, are ignored.
 
 **pagedsim** (CSV with a header, or JSONL with one object per line)::
 
@@ -28,14 +28,29 @@ samples, default 1), ``beam_width`` (default 1) and ``prefix_id`` (an integer >=
 empty / absent for none). Any other column or key is an error (most likely a typo). A
 file whose first non-blank character is ``{`` is JSONL, anything else CSV.
 
-Rules for both: arrivals must not decrease from one row to the next; blank lines are
-skipped; any bad row raises :class:`TraceError` (a ``ValueError``) whose one-line message
-names the file, the line number, the column and the bad value. Requests longer than
-``max_model_len`` are never silently dropped: ``on_too_long`` chooses ``"error"``
-(the default), ``"clip"`` (with :func:`pagedsim.workload.clip_lengths`: prompt to
-``max_model_len - 1``, then output to what is left) or ``"skip"``, and the returned
-:class:`Trace` reports how many there were and on which lines. Requests get ids 0, 1, ...
-in file order (after skipping).
+Rules for both: the file must be UTF-8 text (an Excel BOM is fine); numbers are plain
+ASCII (``1_000``, ``١٠``, ``nan`` are errors; ASCII spaces and tabs around a CSV field
+are ignored: :mod:`pagedsim.trace_rows` has the exact rules); arrivals must not
+decrease from one row to the next; blank lines are skipped; a file with no data row is
+an error. Anything bad raises :class:`TraceError` (a ``ValueError``) whose one-line
+message names the file, the line number, the column and the bad value (long values
+shortened). Requests get ids 0, 1, ... in file order (after skipping).
+
+What :func:`load_trace` can do on the way, each counted in :meth:`Trace.report`:
+
+* ``rebase``: shift arrivals so that the first row arrives at t = 0 s. Azure always;
+  pagedsim files when the first arrival is at or past :data:`AUTO_REBASE_FROM_S`
+  (a wall-clock reading such as Unix seconds or microseconds; at 1.7e15 s a float's
+  spacing is 0.25 s, which swallows every simulated step), or when asked. The simulator
+  idles until the first arrival and metrics count from it, so rebasing changes no metric.
+* ``on_too_long``: requests longer than ``max_model_len`` are never silently dropped:
+  ``"error"`` (the default), ``"clip"`` (with :func:`pagedsim.workload.clip_lengths`:
+  prompt to ``max_model_len - 1``, then output to what is left) or ``"skip"``.
+* ``skip_zero_output``: skip rows with 0 output tokens (the Azure trace has some).
+* ``max_requests``: stop reading after that many requests.
+
+After loading, :meth:`Trace.head` keeps the first N requests and
+:meth:`Trace.rescale_rate` rescales arrivals to a mean rate; both return new traces.
 
 Speed: the stdlib ``csv`` module plus one :class:`Request` per row loads 20,000 rows in
 well under a second (``python -m pagedsim.bench_traces`` measures it); pandas would not
@@ -48,38 +63,38 @@ import csv
 import json
 import math
 import os
-import re
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import date
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from numbers import Real
 
+from .trace_rows import (
+    AZURE_COLUMNS,
+    PAGEDSIM_OPTIONAL,
+    PAGEDSIM_REQUIRED,
+    TraceError,
+    chain_first,
+    csv_rows,
+    json_number,
+    jsonl_rows,
+    not_utf8_error,
+    parse_arrival,
+    parse_int,
+    parse_len,
+    parse_prefix_id,
+    timestamp_parser,
+)
 from .validate import check_choice, check_int
 from .workload import Request, clip_lengths
 
-AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-PAGEDSIM_REQUIRED = ("arrival_s", "prompt_len", "output_len")
-PAGEDSIM_OPTIONAL = ("n", "beam_width", "prefix_id")
+__all__ = ["AUTO_REBASE_FROM_S", "AZURE_COLUMNS", "ON_TOO_LONG", "PAGEDSIM_OPTIONAL",
+           "PAGEDSIM_REQUIRED", "Trace", "TraceError", "load_trace", "save_trace"]
+
 ON_TOO_LONG = ("error", "clip", "skip")
-
-# "2023-11-16 18:15:46.6805900": date, time, optional fraction of up to 9 digits.
-_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
-
-
-_NO_VALUE = object()
-
-
-class TraceError(ValueError):
-    """A bad trace file or row; ``str()`` is one line naming file, line, column and value."""
-
-    def __init__(self, path: str, line: int, message: str, column: str | None = None,
-                 value: object = _NO_VALUE) -> None:
-        where = f"{path}: line {line}"
-        if column is not None:
-            where += f": column {column!r}"
-        if value is not _NO_VALUE:
-            message = f"{message} (value {value!r})"
-        super().__init__(f"{where}: {message}")
-        self.path, self.line, self.column, self.value = path, line, column, value
+#: ``rebase=None`` rebases a pagedsim trace whose first arrival is at least this many
+#: seconds (11.6 days). Below it float64 arrivals are exact to 1.2e-10 s and kept as
+#: written (so save/load round trips stay bit for bit); no real run idles that long
+#: before its first request, so larger values are wall-clock readings.
+AUTO_REBASE_FROM_S = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +102,17 @@ class Trace:
     """A loaded trace.
 
     ``requests`` sorted by arrival (seconds); ``schema`` is ``"azure"``,
-    ``"pagedsim-csv"`` or ``"pagedsim-jsonl"``; ``too_long_lines`` are the 1-based file
-    line numbers of the requests longer than ``max_model_len`` tokens, which were
-    ``on_too_long``-ed (``"clip"`` or ``"skip"``; with ``"error"`` loading raised instead).
+    ``"pagedsim-csv"`` or ``"pagedsim-jsonl"``. What loading did, for :meth:`report`:
+
+    * ``too_long_lines``: 1-based file lines of the requests longer than
+      ``max_model_len`` tokens, which were ``on_too_long``-ed (``"clip"`` or ``"skip"``;
+      with ``"error"`` loading raised instead); ``clipped_tokens``: tokens that
+      clipping removed from them (0 unless ``"clip"``).
+    * ``zero_output_lines``: lines of the rows with 0 output tokens, skipped.
+    * ``rebased_from``: the first row's arrival as written (an Azure timestamp, or
+      ``"arrival_s 1.7e+15"``) when arrivals were shifted to make it t = 0 s; else ``None``.
+    * ``transforms``: what was done after the rows were read (``max_requests``,
+      :meth:`head`, :meth:`rescale_rate`), in order, one phrase each.
     """
 
     path: str
@@ -98,19 +121,94 @@ class Trace:
     max_model_len: int | None = None
     on_too_long: str = "error"
     too_long_lines: tuple[int, ...] = field(default=())
+    clipped_tokens: int = 0
+    zero_output_lines: tuple[int, ...] = field(default=())
+    rebased_from: str | None = None
+    transforms: tuple[str, ...] = field(default=())
 
     @property
     def num_too_long(self) -> int:
         """How many rows were longer than ``max_model_len`` (clipped or skipped)."""
         return len(self.too_long_lines)
 
+    @property
+    def num_zero_output(self) -> int:
+        """How many rows with 0 output tokens were skipped."""
+        return len(self.zero_output_lines)
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        """Mean arrival rate in requests per second: ``(N - 1) / (last - first arrival)``,
+        the inverse of the mean gap between consecutive arrivals. ``inf`` when all
+        arrive at once; ``nan`` with fewer than 2 requests."""
+        if len(self.requests) < 2:
+            return math.nan
+        span_s = self.requests[-1].arrival_s - self.requests[0].arrival_s
+        return math.inf if span_s == 0 else (len(self.requests) - 1) / span_s
+
+    def head(self, n: int) -> Trace:
+        """A new trace with the first ``n`` requests (by arrival; ids stay 0 .. n-1).
+
+        All of them when there are no more than ``n`` (then nothing is recorded);
+        otherwise :meth:`report` says ``first n of N requests kept``. Loading counts
+        (too long, zero output) still describe the whole file; to not read the rest of
+        a large file at all, use ``load_trace(..., max_requests=n)``.
+        """
+        check_int("n", n, minimum=1)
+        if n >= len(self.requests):
+            return replace(self, requests=list(self.requests))
+        note = f"first {n} of {len(self.requests)} requests kept"
+        return replace(self, requests=self.requests[:n], transforms=(*self.transforms, note))
+
+    def rescale_rate(self, rate_per_s: float) -> Trace:
+        """A new trace whose arrivals have mean rate ``rate_per_s`` (requests per second).
+
+        Every gap between consecutive arrivals is multiplied by the same factor, so the
+        trace's bursts and lulls keep their shape; the first arrival stays where it is,
+        and lengths and ids do not change. ``math.inf`` puts every request at the first
+        arrival (an offline batch, as ``WorkloadConfig(rate_per_s=inf)``). The mean rate
+        is :attr:`mean_rate_per_s`. Raises ``ValueError`` for a rate that is not > 0,
+        for fewer than 2 requests, or for a finite rate when all arrive at once.
+        """
+        if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, Real):
+            raise TypeError(f"rate_per_s must be a number, got {rate_per_s!r}")
+        if math.isnan(rate_per_s) or rate_per_s <= 0:
+            raise ValueError(f"rate_per_s must be > 0 requests/s (inf = all at the first "
+                             f"arrival), got {rate_per_s!r}")
+        if len(self.requests) < 2:
+            raise ValueError(f"cannot rescale the arrival rate of {len(self.requests)} "
+                             "request(s): a rate needs at least 2 arrivals")
+        first_s = self.requests[0].arrival_s
+        span_s = self.requests[-1].arrival_s - first_s
+        if span_s == 0 and math.isfinite(rate_per_s):
+            raise ValueError(f"all {len(self.requests)} requests arrive at {first_s} s; "
+                             "there is no gap to rescale")
+        old_rate = self.mean_rate_per_s
+        # (N - 1) / rate is the new span; multiplying each offset keeps arrivals sorted
+        # (rounding is monotonic) and the first one exact.
+        factor = 0.0 if math.isinf(rate_per_s) else (len(self.requests) - 1) / rate_per_s / span_s
+        requests = [replace(r, arrival_s=first_s + (r.arrival_s - first_s) * factor)
+                    for r in self.requests]
+        note = (f"arrivals rescaled to {rate_per_s:g} requests/s (from {old_rate:.4g}; "
+                f"every gap x{factor:.4g})")
+        return replace(self, requests=requests, transforms=(*self.transforms, note))
+
     def report(self) -> str:
-        """One line for users: rows loaded, and what happened to the too-long ones."""
+        """One line for users: requests loaded, and everything loading changed or left out."""
         text = f"{self.path}: {len(self.requests)} requests ({self.schema})"
+        if self.rebased_from is not None:
+            text += f"; arrivals rebased: t = 0 s is the first row's ({self.rebased_from})"
         if self.too_long_lines:
             verb = "clipped" if self.on_too_long == "clip" else "skipped"
             text += (f"; {self.num_too_long} longer than max_model_len {self.max_model_len} "
                      f"{verb} (lines {_some_lines(self.too_long_lines)})")
+            if self.on_too_long == "clip":
+                text += f", {self.clipped_tokens:,} tokens cut"
+        if self.zero_output_lines:
+            text += (f"; {self.num_zero_output} with 0 output tokens skipped "
+                     f"(lines {_some_lines(self.zero_output_lines)})")
+        for note in self.transforms:
+            text += f"; {note}"
         return text
 
 
@@ -119,244 +217,141 @@ def _some_lines(lines: tuple[int, ...] | list[int], limit: int = 10) -> str:
     return shown + (f", ... ({len(lines) - limit} more)" if len(lines) > limit else "")
 
 
-# ---------------------------------------------------------------- field parsers
-# Each raises a plain ValueError with the problem; the row loop adds file/line/column.
-
-def _parse_len(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError("not an integer") from None
-    if value < 1:
-        raise ValueError("must be an integer >= 1")
-    return value
-
-
-def _parse_arrival(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError("not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError("must be a finite number of seconds >= 0")
-    return value
-
-
-def _parse_prefix_id(text: str) -> int | None:
-    if text.strip() == "":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError("not an integer") from None
-    if value < 0:
-        raise ValueError("must be an integer >= 0 or empty")
-    return value
-
-
-def _timestamp_parser() -> Callable[[str], int]:
-    """A parser of Azure timestamps to integer nanoseconds since 0001-01-01 (exact).
-
-    Caches each date's day number: a trace spans few days, and ``date.fromisoformat``
-    is most of the cost otherwise.
-    """
-    day_cache: dict[str, int] = {}
-
-    def parse(text: str) -> int:
-        match = _TIMESTAMP.fullmatch(text.strip())
-        if match is None:
-            raise ValueError("not a timestamp like 2023-11-16 18:15:46.6805900")
-        day_text, hh, mm, ss, frac = match.groups()
-        day = day_cache.get(day_text)
-        if day is None:
-            try:
-                day = day_cache[day_text] = date.fromisoformat(day_text).toordinal()
-            except ValueError:
-                raise ValueError("not a valid date") from None
-        hour, minute, second = int(hh), int(mm), int(ss)
-        if hour > 23 or minute > 59 or second > 60:  # 60: a leap second
-            raise ValueError("not a valid time of day")
-        nanos = int(frac.ljust(9, "0")) if frac else 0
-        return (day * 86400 + hour * 3600 + minute * 60 + second) * 1_000_000_000 + nanos
-
-    return parse
-
-
-# ---------------------------------------------------------------- row sources
-
-def _csv_rows(path: str, lines: Iterable[str], skipped: int
-              ) -> tuple[str, Iterator[tuple[int, dict[str, str]]]]:
-    """Detect the CSV schema from the header; yield ``(line_number, {column: text})``.
-
-    ``skipped`` blank lines came before ``lines`` (csv counts only the lines it sees).
-    """
-    reader = csv.reader(lines)
-    header = [name.strip() for name in next(reader)]
-    header_line = reader.line_num + skipped
-    if all(name in header for name in AZURE_COLUMNS):
-        schema, columns = "azure", list(AZURE_COLUMNS)
-    else:
-        schema = "pagedsim-csv"
-        missing = [name for name in PAGEDSIM_REQUIRED if name not in header]
-        if missing:
-            raise TraceError(path, header_line,
-                             f"header {','.join(header)!r} is missing column(s) "
-                             f"{', '.join(missing)}; expected {','.join(AZURE_COLUMNS)} "
-                             f"(Azure) or {','.join(PAGEDSIM_REQUIRED)}[,n] (pagedsim)")
-        unknown = [name for name in header if name not in PAGEDSIM_REQUIRED + PAGEDSIM_OPTIONAL]
-        if unknown:
-            raise TraceError(path, header_line,
-                             f"unknown column(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(PAGEDSIM_REQUIRED + PAGEDSIM_OPTIONAL)}")
-        columns = header
-    if len(set(header)) != len(header):
-        raise TraceError(path, header_line, f"duplicate column in header {','.join(header)!r}")
-    index = [header.index(name) for name in columns]
-    width = len(header)
-
-    def rows() -> Iterator[tuple[int, dict[str, str]]]:
-        for row in reader:
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue  # a blank line is not a row
-            line = reader.line_num + skipped
-            if len(row) != width:
-                problem = "missing" if len(row) < width else "extra field(s)"
-                raise TraceError(path, line,
-                                 f"{problem}: row has {len(row)} fields, header has {width}",
-                                 column=header[min(len(row), width - 1)] if len(row) < width
-                                 else None, value=",".join(row) if len(row) > width
-                                 else _NO_VALUE)
-            yield line, {name: row[i] for name, i in zip(columns, index, strict=True)}
-
-    return schema, rows()
-
-
-def _jsonl_rows(path: str, lines: Iterable[str], skipped: int
-                ) -> Iterator[tuple[int, dict[str, object]]]:
-    valid = PAGEDSIM_REQUIRED + PAGEDSIM_OPTIONAL
-    for line, text in enumerate(lines, start=skipped + 1):
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(path, line, f"not valid JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise TraceError(path, line, f"expected a JSON object, got {type(obj).__name__}")
-        for name in PAGEDSIM_REQUIRED:
-            if name not in obj:
-                raise TraceError(path, line, "missing key", column=name)
-        unknown = [key for key in obj if key not in valid]
-        if unknown:
-            raise TraceError(path, line, f"unknown key(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(valid)}")
-        yield line, obj
-
-
-def _json_number(value: object, integer: bool) -> str:
-    """Turn a JSON value back into text for the shared parsers, rejecting bools/strings/floats
-    where integers are due (``json`` gives ``1.5`` as float and ``true`` as bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError("not a number" if not integer else "not an integer")
-    if integer and not isinstance(value, int):
-        raise ValueError("not an integer")
-    return repr(value)
-
-
 # ---------------------------------------------------------------- load / save
 
 def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
-               on_too_long: str = "error") -> Trace:
+               on_too_long: str = "error", *, skip_zero_output: bool = False,
+               rebase: bool | None = None, max_requests: int | None = None) -> Trace:
     """Load a trace file (Azure CSV, or pagedsim CSV/JSONL; see the module docstring).
 
-    ``max_model_len`` (tokens) bounds ``prompt_len + output_len``; ``None`` checks nothing.
-    ``on_too_long`` is ``"error"``, ``"clip"`` or ``"skip"``. Raises :class:`TraceError`
-    (a ``ValueError``) naming file, line, column and value for any bad row.
+    * ``max_model_len`` (tokens) bounds ``prompt_len + output_len``; ``None`` checks
+      nothing. ``on_too_long`` is ``"error"``, ``"clip"`` or ``"skip"``.
+    * ``skip_zero_output``: skip rows with 0 output tokens (``GeneratedTokens`` or
+      ``output_len``) instead of raising; they are counted in the report.
+    * ``rebase``: ``True`` shifts arrivals so the first row's is t = 0 s; ``False``
+      keeps pagedsim arrivals as written (an error for Azure, whose dates are always
+      rebased); ``None`` rebases Azure, and pagedsim files whose first arrival is
+      >= :data:`AUTO_REBASE_FROM_S` seconds.
+    * ``max_requests``: stop reading once that many requests are kept (rows after
+      them are not read, nor checked).
+
+    Raises :class:`TraceError` (a ``ValueError``) naming file, line, column and value for
+    any bad row, and for a directory, a file that is not UTF-8 text, or one without rows.
     """
     check_choice("on_too_long", on_too_long, ON_TOO_LONG)
     if max_model_len is not None:
         check_int("max_model_len", max_model_len, minimum=2)
+    if max_requests is not None:
+        check_int("max_requests", max_requests, minimum=1)
+    for flag, value in (("skip_zero_output", skip_zero_output), ("rebase", rebase)):
+        if not isinstance(value, bool) and not (flag == "rebase" and value is None):
+            raise TypeError(f"{flag} must be True or False, got {value!r}")
     name = os.fspath(path)
-    with open(name, encoding="utf-8-sig", newline="") as file:  # -sig: drop an Excel BOM
-        # Peek at the first non-blank line to tell JSONL from CSV, counting the blank
-        # lines before it so that reported line numbers stay exact.
-        skipped = 0
-        first = ""
-        for first in file:
-            if first.strip():
-                break
-            skipped += 1
-        if not first.strip():
-            raise TraceError(name, skipped + 1, "empty file, expected a CSV header or JSONL")
-        lines = _chain_first(first, file)
-        rows: Iterator[tuple[int, dict]]
-        if first.lstrip().startswith("{"):
-            schema, rows = "pagedsim-jsonl", _jsonl_rows(name, lines, skipped)
-        else:
-            schema, rows = _csv_rows(name, lines, skipped)
-        return _build(name, schema, rows, max_model_len, on_too_long)
+    if os.path.isdir(name):
+        raise TraceError(name, None, "is a directory, not a trace file (.csv or .jsonl)")
+    try:
+        with open(name, encoding="utf-8-sig", newline="") as file:  # -sig: drop an Excel BOM
+            # Peek at the first non-blank line to tell JSONL from CSV, counting the blank
+            # lines before it so that reported line numbers stay exact.
+            skipped = 0
+            first = ""
+            for first in file:
+                if first.strip():
+                    break
+                skipped += 1
+            if not first.strip():
+                raise TraceError(name, skipped + 1,
+                                 "empty file, expected a CSV header or JSONL")
+            lines = chain_first(first, file)
+            rows: Iterator[tuple[int, dict]]
+            if first.lstrip().startswith("{"):
+                schema, header_line = "pagedsim-jsonl", None
+                rows = jsonl_rows(name, lines, skipped)
+            else:
+                schema, header_line, rows = csv_rows(name, lines, skipped)
+            if schema == "azure" and rebase is False:
+                raise TraceError(name, header_line, "rebase=False applies to pagedsim "
+                                 "traces only: Azure timestamps are dates, always rebased "
+                                 "to the first row's")
+            return _build(name, schema, rows, header_line, max_model_len, on_too_long,
+                          skip_zero_output, rebase, max_requests)
+    except UnicodeDecodeError as exc:
+        raise not_utf8_error(name, exc) from None
 
 
-def _chain_first(first: str, rest: Iterable[str]) -> Iterator[str]:
-    yield first
-    yield from rest
 
-
-def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], max_model_len: int | None,
-           on_too_long: str) -> Trace:
-    parse_ts = _timestamp_parser() if schema == "azure" else None
-    if schema == "azure":
+def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line: int | None,
+           max_model_len: int | None, on_too_long: str, skip_zero_output: bool,
+           rebase: bool | None, max_requests: int | None) -> Trace:
+    azure = schema == "azure"
+    parse_ts = timestamp_parser() if azure else None
+    if azure:
         names = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
     else:
         names = {"arrival": "arrival_s", "prompt": "prompt_len", "output": "output_len"}
     is_json = schema == "pagedsim-jsonl"
     requests: list[Request] = []
     too_long: list[int] = []
-    first_ns: int | None = None
-    prev_arrival, prev_line = -math.inf, 0
+    zero_output: list[int] = []
+    clipped_tokens = 0
+    num_rows = 0
+    # The first row's arrival (integer ns for Azure, seconds otherwise), subtracted from
+    # every arrival when rebasing; whether to rebase is settled on that first row.
+    base: float = 0.0
+    rebased_from: str | None = None
+    prev_key, prev_line = -math.inf, 0
     clip = on_too_long == "clip"
+    stopped_at: int | None = None
     raw: object = None
     column = ""
     for line, row in rows:
+        num_rows += 1
         try:
             column = names["arrival"]
             raw = row[column]
-            if parse_ts is not None:
-                nanos = parse_ts(raw)
-                if first_ns is None:
-                    first_ns = nanos
-                # Integer nanoseconds until here: no rounding drift over long traces.
-                arrival = (nanos - first_ns) / 1e9
-                order_key: float = nanos
-            else:
-                arrival = _parse_arrival(_json_number(raw, False) if is_json else raw)
-                order_key = arrival
-            if order_key < prev_arrival:
+            key: float = (parse_ts(raw) if parse_ts is not None else
+                          parse_arrival(json_number(raw, False) if is_json else raw))
+            if key < prev_key:
                 raise ValueError(f"earlier than the previous row's (line {prev_line}); "
                                  "arrivals must not decrease")
+            if num_rows == 1:
+                if rebase is None:
+                    rebase = azure or key >= AUTO_REBASE_FROM_S
+                if rebase:
+                    base = key
+                    rebased_from = (str(raw).strip() if azure else f"arrival_s {raw}")
+            prev_key, prev_line = key, line
+            # Azure: integer nanoseconds until here, so no rounding drift over long traces.
+            arrival = (key - base) / 1e9 if azure else key - base
             column = names["prompt"]
             raw = row[column]
-            prompt_len = _parse_len(_json_number(raw, True) if is_json else raw)
+            prompt_len = parse_len(json_number(raw, True) if is_json else raw)
             column = names["output"]
             raw = row[column]
-            output_len = _parse_len(_json_number(raw, True) if is_json else raw)
+            output_len = parse_int(json_number(raw, True) if is_json else raw)
+            if output_len == 0 and skip_zero_output:
+                zero_output.append(line)
+                continue
+            if output_len < 1:
+                raise ValueError("must be an integer >= 1" + (
+                    " (skip_zero_output=True skips rows with 0 output tokens)"
+                    if output_len == 0 else ""))
             extras: dict[str, int | None] = {}
-            if schema != "azure":
+            if not azure:
                 for column in ("n", "beam_width"):
                     if column in row:
                         raw = row[column]
-                        extras[column] = _parse_len(_json_number(raw, True) if is_json else raw)
+                        extras[column] = parse_len(json_number(raw, True) if is_json else raw)
                 column = "prefix_id"
                 if column in row:
                     raw = row[column]
                     if is_json:
                         extras[column] = (None if raw is None else
-                                          _parse_prefix_id(_json_number(raw, True)))
+                                          parse_prefix_id(json_number(raw, True)))
                     else:
-                        extras[column] = _parse_prefix_id(raw)
+                        extras[column] = parse_prefix_id(raw)
         except ValueError as exc:
             raise TraceError(path, line, str(exc), column=column, value=raw) from None
-        prev_arrival, prev_line = order_key, line
         if max_model_len is not None and prompt_len + output_len > max_model_len:
             if on_too_long == "error":
                 raise TraceError(
@@ -367,12 +362,22 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], max_model_l
             too_long.append(line)
             if not clip:
                 continue
+            total = prompt_len + output_len
             prompt_len, output_len = clip_lengths(prompt_len, output_len, max_model_len)
+            clipped_tokens += total - prompt_len - output_len
         try:
             requests.append(Request(len(requests), arrival, prompt_len, output_len, **extras))
         except (TypeError, ValueError) as exc:  # e.g. n > 1 together with beam_width > 1
             raise TraceError(path, line, str(exc)) from None
-    return Trace(path, schema, requests, max_model_len, on_too_long, tuple(too_long))
+        if max_requests is not None and len(requests) >= max_requests:
+            stopped_at = line
+            break
+    if num_rows == 0:
+        raise TraceError(path, header_line, "no data rows after the header")
+    transforms = () if stopped_at is None else (
+        f"first {max_requests} requests read (stopped at line {stopped_at})",)
+    return Trace(path, schema, requests, max_model_len, on_too_long, tuple(too_long),
+                 clipped_tokens, tuple(zero_output), rebased_from, transforms)
 
 
 def save_trace(requests: Iterable[Request], path: str | os.PathLike[str]) -> None:
