@@ -7,6 +7,7 @@ is in use (``python -m kernels`` prints why).
 """
 
 from .backend import BACKEND, BACKENDS, DEVICE, INFO, BackendInfo  # noqa: I001  (must be first)
+from pagedsim.schemes import register_kv_cache
 from .attention import (
     choose_num_splits,
     paged_attention,
@@ -21,6 +22,11 @@ from .cache_ops import (
 )
 from .kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache, SwappedKV
 from .model import Decoder, Generation, ModelConfig
+
+# The scheme registry learns which cache mirrors which allocator family (pagedsim itself
+# never imports torch, so the registration happens here).
+register_kv_cache("paged", PagedKVCache)
+register_kv_cache("contiguous", ContiguousKVCache)
 
 
 def backend_name() -> str:

@@ -255,9 +255,24 @@ class PagedKVCache(KVCache):
 
     allocator: pagedsim.PagedAllocator
 
-    def __init__(self, config: KVCacheConfig) -> None:
+    def __init__(self, config: KVCacheConfig,
+                 allocator: pagedsim.PagedAllocator | None = None) -> None:
         super().__init__(config)
-        self.allocator = pagedsim.PagedAllocator(config.num_blocks, config.block_size)
+        if allocator is None:
+            allocator = pagedsim.PagedAllocator(config.num_blocks, config.block_size)
+        if (allocator.num_blocks, allocator.block_size) != (config.num_blocks,
+                                                             config.block_size):
+            raise ValueError(f"allocator has {allocator.num_blocks} blocks of "
+                             f"{allocator.block_size} slots, the cache {config.num_blocks} "
+                             f"of {config.block_size}")
+        self.allocator = allocator
+
+    @classmethod
+    def for_scheme(cls, config: KVCacheConfig, scheme: str,
+                   max_model_len: int = 2048) -> PagedKVCache:
+        """A cache over a fresh allocator of ``scheme`` (built by the scheme registry)."""
+        return cls(config, pagedsim.make_allocator(scheme, config.capacity_slots,
+                                                   config.block_size, max_model_len))
 
     def block_table(self, seq_id: SeqId) -> list[int]:
         return self.allocator.block_table(seq_id)
@@ -281,11 +296,27 @@ class ContiguousKVCache(KVCache):
     allocator: pagedsim.ContiguousAllocator
 
     def __init__(self, config: KVCacheConfig, reservation: str = "max",
-                 placement: str = "first-fit", max_model_len: int = 2048) -> None:
+                 placement: str = "first-fit", max_model_len: int = 2048,
+                 allocator: pagedsim.ContiguousAllocator | None = None) -> None:
         super().__init__(config)
-        self.allocator = pagedsim.ContiguousAllocator(
-            config.capacity_slots, reservation=reservation, placement=placement,
-            max_model_len=max_model_len, align_slots=config.block_size)
+        if allocator is None:
+            allocator = pagedsim.ContiguousAllocator(
+                config.capacity_slots, reservation=reservation, placement=placement,
+                max_model_len=max_model_len, align_slots=config.block_size)
+        if (allocator.capacity_slots, allocator.align_slots) != (config.capacity_slots,
+                                                                 config.block_size):
+            raise ValueError(f"allocator has {allocator.capacity_slots} slots aligned to "
+                             f"{allocator.align_slots}, the cache needs "
+                             f"{config.capacity_slots} aligned to {config.block_size}")
+        self.allocator = allocator
+
+    @classmethod
+    def for_scheme(cls, config: KVCacheConfig, scheme: str,
+                   max_model_len: int = 2048) -> ContiguousKVCache:
+        """A cache over a fresh allocator of ``scheme``, its regions aligned to blocks."""
+        return cls(config, allocator=pagedsim.make_allocator(
+            scheme, config.capacity_slots, config.block_size, max_model_len,
+            align_slots=config.block_size))
 
     def block_table(self, seq_id: SeqId) -> list[int]:
         start, _size = self.allocator.region(seq_id)

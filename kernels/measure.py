@@ -38,8 +38,7 @@ from pathlib import Path
 import torch
 
 import pagedsim
-from pagedsim import ContiguousAllocator, PagedAllocator
-from pagedsim.schemes import parse_scheme
+from pagedsim.schemes import get_scheme, kv_cache_class
 
 from .executor import RealExecutor
 from .model import Decoder, ModelConfig
@@ -73,7 +72,7 @@ class MeasureConfig:
 
     def __post_init__(self) -> None:
         for s in self.schemes:
-            parse_scheme(s)  # raises with the valid names
+            kv_cache_class(s)  # raises with the valid names, or if no cache mirrors it
         if not self.schemes:
             raise ValueError("schemes must name at least one scheme")
         for name in ("num_requests", "num_blocks", "block_size", "max_model_len", "n",
@@ -124,11 +123,8 @@ def requests_for(cfg: MeasureConfig) -> list[pagedsim.Request]:
 
 def _allocator(cfg: MeasureConfig, scheme: str):
     """The allocator the simulator alone uses: configured exactly like the cache's."""
-    kind, reservation, placement = parse_scheme(scheme)
-    if kind == "paged":
-        return PagedAllocator(cfg.num_blocks, cfg.block_size)
-    return ContiguousAllocator(cfg.capacity_slots, reservation, placement, cfg.max_model_len,
-                               align_slots=cfg.block_size)
+    return pagedsim.make_allocator(scheme, cfg.capacity_slots, cfg.block_size,
+                                   cfg.max_model_len, align_slots=cfg.block_size)
 
 
 def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None,
@@ -156,14 +152,10 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
                                   scheme=scheme, progress=False).steps()
 
     # 2. The real executor, on a cache whose allocator the scheduler drives.
-    kind, reservation, placement = parse_scheme(scheme)
+    # Regions are measured as buffers for the schemes drawn as an arena of regions.
+    regions = get_scheme(scheme).view == "arena" and cfg.region_buffers
     decoder = Decoder(cfg.model)
-    if kind == "paged":
-        cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, "paged")
-    else:
-        cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, "contiguous",
-                                   reservation=reservation, placement=placement,
-                                   max_model_len=cfg.max_model_len)
+    cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, scheme, cfg.max_model_len)
     cache.backend = cfg.backend
     executor = RealExecutor(decoder, cache, seed=cfg.seed)
     bytes_per_slot = cache.config.bytes_per_slot
@@ -175,7 +167,7 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     def on_step(sched, plan) -> None:
         executor.execute(sched, plan)
         region_bytes = None
-        if kind == "contiguous" and cfg.region_buffers:
+        if regions:
             live = {s: cache.allocator.region(s) for s in cache.allocator.seq_ids()}
             for s in [s for s in buffers if s not in live or buffers[s][:2] != live[s]]:
                 del buffers[s]
@@ -210,7 +202,7 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     frame = frame.merge(measured, on="step", how="left")
     frame.insert(0, "scheme", scheme)
     frame["token_gap_slots"] = frame["meas_token_slots"] - frame["sim_token"]
-    if kind == "contiguous" and cfg.region_buffers:
+    if regions:
         allocated = frame[["sim_token", "sim_reserved", "sim_internal_frag"]].sum(axis=1)
         frame["bytes_gap"] = frame["meas_region_bytes"] - allocated * bytes_per_slot
     else:

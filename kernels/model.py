@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from pagedsim.schemes import kv_cache_class
+
 from .backend import DEVICE
-from .kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache
+from .kv_cache import KVCache, KVCacheConfig
 
 SeqId = Hashable
 
@@ -197,20 +199,15 @@ class Decoder:
             raise ValueError(f"cache (layers, kv heads, head_dim, dtype) = {theirs}, "
                              f"model needs {mine}")
 
-    def make_cache(self, num_blocks: int, block_size: int = 16, kind: str = "paged",
-                   **contiguous_options) -> KVCache:
-        """A cache shaped for this model: ``kind`` "paged" or "contiguous" (whose options,
-        ``reservation``, ``placement``, ``max_model_len``, are passed on)."""
+    def make_cache(self, num_blocks: int, block_size: int = 16, scheme: str = "paged",
+                   max_model_len: int = 2048) -> KVCache:
+        """A cache shaped for this model over a fresh allocator of ``scheme`` (any name in
+        :mod:`pagedsim.schemes` with a registered cache class, e.g. ``"paged"`` or
+        ``"contiguous-oracle-first-fit"``); ``max_model_len`` in tokens."""
         c = self.config
         config = KVCacheConfig(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks,
                                block_size, c.dtype, c.device)
-        if kind == "paged":
-            if contiguous_options:
-                raise ValueError(f"options {sorted(contiguous_options)} are for contiguous")
-            return PagedKVCache(config)
-        if kind == "contiguous":
-            return ContiguousKVCache(config, **contiguous_options)
-        raise ValueError(f"kind must be 'paged' or 'contiguous', got {kind!r}")
+        return kv_cache_class(scheme).for_scheme(config, scheme, max_model_len)
 
     # -------------------------------------------------------------- executor steps
     def prefill(self, cache: KVCache, seq_ids: Sequence[SeqId],

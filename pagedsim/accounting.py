@@ -19,10 +19,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from .allocators.base import Allocator, SeqId
+if TYPE_CHECKING:  # the allocators use the rules below, so no runtime import back
+    from .allocators.base import Allocator, SeqId
 
 CATEGORIES = ("token", "reserved", "internal_frag", "external_frag", "free")
+
+
+# ----------------------------------------------------------------- the rules
+# Every allocator's ``usage()`` and every picture (:mod:`pagedsim.plots.layout`) split
+# allocated memory with these two functions, so the rules exist once.
+def final_tokens(num_tokens: int, final_len: int | None) -> int:
+    """Tokens a sequence holding ``num_tokens`` will hold when it finishes: its true
+    final length (prompt + output), or ``num_tokens`` when that is unknown or already
+    passed (the sequence is taken as finished)."""
+    return final_len if final_len is not None and final_len > num_tokens else num_tokens
+
+
+def split_slots(filled: int, future: int, size: int) -> tuple[int, int, int]:
+    """Split ``size`` allocated slots of which ``filled`` hold tokens now and ``future``
+    will hold tokens by the owner's end into ``(token, reserved, internal_frag)``."""
+    future = min(future, size)
+    return filled, future - filled, size - future
 
 
 @dataclass(frozen=True, slots=True)

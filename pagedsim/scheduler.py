@@ -3,13 +3,14 @@
 Every step the scheduler:
 
 1. applies what the previous step decided: frees finished requests and dropped beams,
-   forks new samples/beams (children share the parent's blocks when paged);
+   forks new samples/beams (children share the parent's blocks when the scheme shares);
 2. decodes one token for every running sequence, oldest request first; when an append
    cannot get memory it preempts whole requests, newest first (``recompute``: free and
    requeue at the front of the queue; ``swap``: move its blocks to a CPU pool);
 3. if nothing was preempted, brings swapped requests back, oldest first;
 4. if nothing is still swapped out, admits waiting requests in arrival order (FCFS)
-   while memory (paged: keeping a watermark of free blocks, as vLLM does),
+   while memory (the allocator decides, keeping a watermark free where its scheme
+   applies one, as vLLM's block manager does),
    ``max_num_seqs`` and ``max_num_batched_tokens`` allow, and prefills them;
 5. counts the sampled token of every group and decides what happens next step
    (finish, fork samples after a prefill, which beams survive).
@@ -18,8 +19,9 @@ It returns a :class:`~pagedsim.plan.StepPlan`; it never touches K/V data.
 
 Parallel sampling (``n`` > 1): the prompt is prefilled once, then forked n-1 times;
 paged allocation shares the prompt's blocks and copies only the last, partly filled
-one when the samples diverge. Contiguous allocation gives every sample a region of its
-own (held from admission, so the fork cannot fail) and copies the prompt into it.
+one when the samples diverge. Schemes that cannot share (contiguous regions,
+vAttention) hold room for every sample from admission, so the fork cannot fail, and
+copy the prompt into it. The scheduler only names the children; the allocator decides.
 
 Beam search (``beam_width`` k): after every step, k survivors are chosen among the
 beams' continuations by :class:`BeamModel`: survivor j's parent is beam i with
@@ -41,8 +43,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .allocators.base import Allocator, SeqId
-from .allocators.paged import PagedAllocator
-from .errors import OutOfMemoryError
 from .plan import ForkItem, PrefillItem, SequenceGroup, StepPlan
 from .validate import check_choice, check_int
 from .workload import Request
@@ -56,7 +56,7 @@ class SchedulerConfig:
 
     max_num_seqs: int = 256  # sequences decoding in one step
     max_num_batched_tokens: int = 2048  # prefill tokens + decode tokens in one step
-    watermark: float = 0.01  # paged: fraction of blocks kept free at admission
+    watermark: float = 0.01  # fraction of the pool kept free at admission (where it applies)
     preemption: str = "recompute"  # or "swap"
     cpu_swap_slots: int = 0  # CPU pool for swapping, in token slots (0 = no swapping room)
     beam_decay: float = 0.5  # beam search parent model, see BeamModel
@@ -103,10 +103,6 @@ class Scheduler:
     def __init__(self, allocator: Allocator, config: SchedulerConfig | None = None) -> None:
         self.allocator = allocator
         self.config = config or SchedulerConfig()
-        self.paged = isinstance(allocator, PagedAllocator)
-        self.watermark_blocks = (
-            int(self.config.watermark * allocator.num_blocks) if self.paged else 0
-        )
         self.beams = BeamModel(self.config.beam_decay, self.config.seed)
         self.waiting: deque[SequenceGroup] = deque()
         self.running: list[SequenceGroup] = []
@@ -116,7 +112,6 @@ class Scheduler:
         self.step_index = 0
         self._next_seq = 0
         self._to_free: list[SeqId] = []  # released at the start of the next step
-        self._placeholders: dict[SeqId, SeqId] = {}  # contiguous: child -> region held for it
         self._children: dict[int, list[SeqId]] = {}  # request id -> samples to fork
         self.num_preemptions = 0
         self.num_swaps_out = 0
@@ -172,9 +167,6 @@ class Scheduler:
                 group.pending_frees = []
             if group.pending_forks:
                 for parent, child in group.pending_forks:
-                    held = self._placeholders.pop(child, None)
-                    if held is not None:
-                        alloc.free(held)
                     plan.forks.append(ForkItem(parent, child, alloc.fork(parent, child)))
                 group.pending_forks = []
 
@@ -273,11 +265,10 @@ class Scheduler:
     def _finish(self, group: SequenceGroup, plan: StepPlan) -> None:
         group.status = "finished"
         self._to_free.extend(group.seq_ids)
-        # Samples never forked (a one-token output) give back the regions held for them.
+        # Samples never forked (a one-token output) give back any room held for them.
         for child in self._children.pop(group.request.request_id, []):
-            held = self._placeholders.pop(child, None)
-            if held is not None:
-                self._to_free.append(held)
+            if child in self.allocator:
+                self._to_free.append(child)
         plan.finished.append(group.request.request_id)
 
     # ------------------------------------------------------------- preemption
@@ -285,7 +276,7 @@ class Scheduler:
         self.num_preemptions += 1
         group.num_preemptions += 1
         plan.preempted.append(group.request.request_id)
-        slots = self._swap_slots(group)
+        slots = self.allocator.swap_out_slots(group.seq_ids)
         # Swap when asked to, and (as vLLM v0 does) for groups of several sequences even
         # under recompute, because recomputing them separately would lose their sharing;
         # recompute whenever the CPU pool has no room.
@@ -304,22 +295,11 @@ class Scheduler:
             plan.frees.extend(group.seq_ids)
             group.status = "waiting"
 
-    def _swap_slots(self, group: SequenceGroup) -> int:
-        """CPU slots a swap-out of the group would take (shared blocks once)."""
-        alloc = self.allocator
-        if self.paged:
-            blocks = {b for s in group.seq_ids for b in alloc.block_table(s)}
-            return len(blocks) * alloc.block_size
-        return sum(alloc.seq_len(s) for s in group.seq_ids)
-
     def _can_swap_in(self, group: SequenceGroup) -> bool:
         assert group.swapped is not None
         if self._num_running_seqs() + len(group.seq_ids) > self.config.max_num_seqs:
             return False
-        if self.paged:
-            need = group.swapped.state["num_blocks"]
-            return self.allocator.num_free_blocks - need >= self.watermark_blocks
-        return self.allocator.can_swap_in(group.swapped)
+        return self.allocator.can_swap_in(group.swapped, self.config.watermark)
 
     def _swap_in(self, group: SequenceGroup, plan: StepPlan) -> None:
         assert group.swapped is not None
@@ -369,37 +349,22 @@ class Scheduler:
             budget -= prefill_tokens
 
     def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool) -> bool:
-        """All the memory the group needs now, or nothing (returns False)."""
-        alloc = self.allocator
-        final = group.kv_final_len
-        if self.paged:
-            need = alloc.blocks_needed(num_tokens) * (len(group.seq_ids) if recompute else 1)
-            if alloc.num_free_blocks - need < self.watermark_blocks:
-                return False
-        taken: list[SeqId] = []
-        try:
-            if recompute:
-                for seq_id in group.seq_ids:
-                    alloc.allocate(seq_id, num_tokens, final)
-                    taken.append(seq_id)
-            else:
-                alloc.allocate(group.seq_ids[0], num_tokens, final)
-                taken.append(group.seq_ids[0])
-                children = [self._new_seq_id() for _ in range(group.width - 1)]
-                if not self.paged:  # hold the forked samples' regions from the start
-                    for child in children:
-                        held = ("held-for", child)
-                        alloc.allocate(held, 0, final)
-                        taken.append(held)
-                        self._placeholders[child] = held
-                self._children[group.request.request_id] = children
-        except OutOfMemoryError:
-            for seq_id in reversed(taken):
-                alloc.free(seq_id)
-                if isinstance(seq_id, tuple):  # ("held-for", child): a placeholder
-                    self._placeholders.pop(seq_id[1], None)
-            self._children.pop(group.request.request_id, None)
+        """All the memory the group needs now, or nothing (returns False).
+
+        A recomputed group re-prefills every sequence; a new one prefills its first
+        sequence and names the samples it will fork after the first token, so that the
+        allocator can hold room for them if its scheme needs any.
+        """
+        if recompute:
+            return self.allocator.allocate_group(group.seq_ids, num_tokens, group.kv_final_len,
+                                                 watermark=self.config.watermark)
+        # The children's ids are only taken when the admission succeeds.
+        children = [self._next_seq + 1 + i for i in range(group.width - 1)]
+        if not self.allocator.allocate_group(group.seq_ids[:1], num_tokens, group.kv_final_len,
+                                             children, self.config.watermark):
             return False
+        self._next_seq += len(children)
+        self._children[group.request.request_id] = children
         return True
 
     def _check_can_ever_run(self, group: SequenceGroup) -> None:

@@ -1,4 +1,7 @@
-"""Stateful property tests of both allocators.
+"""Stateful property tests of every registered allocation scheme.
+
+One machine per entry of :data:`pagedsim.schemes.SCHEMES`, built through the registry,
+so a new scheme gets these tests for free.
 
 Hypothesis drives random sequences of allocate / append / fork / free / swap and
 deliberately bad or oversized requests. Beside the allocator the machine keeps a
@@ -13,10 +16,12 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pagedsim import CATEGORIES, ContiguousAllocator, OutOfMemoryError, PagedAllocator, account
+from pagedsim import CATEGORIES, ModelSpec, OutOfMemoryError, account
+from pagedsim.schemes import SCHEMES, make_allocator
 
 
 def apply_copies(src_mem: dict, dst_mem: dict, copies) -> None:
@@ -44,6 +49,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.initial = self.alloc.snapshot()
         self.tokens: dict[int, list[int]] = {}  # seq -> token values, in order
         self.finals: dict[int, int] = {}
+        self.held: dict[int, list[int]] = {}  # parent -> children admitted, not yet forked
         self.mem: dict[int, int] = {}  # GPU slot -> value
         self.swapped: list[tuple[object, dict[int, int], dict[int, list[int]]]] = []
         self.next_id = 0
@@ -65,21 +71,69 @@ class AllocatorMachine(RuleBasedStateMachine):
         assert self.alloc.snapshot() == before, "a failed operation changed the allocator"
 
     # ------------------------------------------------------------------- rules
-    @rule(num_tokens=st.integers(1, 40), extra=st.integers(0, 24))
-    def allocate(self, num_tokens, extra):
+    def _prefill(self, seq: int, num_tokens: int, final: int) -> None:
+        slots = self.alloc.slot_mapping(seq)
+        values = [self._value() for _ in range(num_tokens)]
+        for s, v in zip(slots, values, strict=True):
+            self.mem[s] = v
+        self.tokens[seq] = values
+        self.finals[seq] = final
+
+    @rule(num_tokens=st.integers(1, 40), extra=st.integers(0, 24),
+          watermark=st.sampled_from([0.0, 0.0, 0.25]))
+    def allocate(self, num_tokens, extra, watermark):
         seq = self._new_id()
         final = min(num_tokens + extra, self.max_len)
-        if self.alloc.can_allocate(num_tokens, final):
-            self.alloc.allocate(seq, num_tokens, final)
-            slots = self.alloc.slot_mapping(seq)
-            values = [self._value() for _ in range(num_tokens)]
-            for s, v in zip(slots, values, strict=True):
-                self.mem[s] = v
-            self.tokens[seq] = values
-            self.finals[seq] = final
+        before = self.alloc.snapshot()
+        if self.alloc.allocate_group([seq], num_tokens, final, watermark=watermark):
+            self._prefill(seq, num_tokens, final)
         else:
-            self._expect_failure(lambda: self.alloc.allocate(seq, num_tokens, final),
-                                 OutOfMemoryError)
+            assert self.alloc.snapshot() == before, "a failed admission changed the allocator"
+            if watermark == 0.0:  # the single-sequence call agrees
+                self._expect_failure(lambda: self.alloc.allocate(seq, num_tokens, final),
+                                     OutOfMemoryError)
+
+    @rule(num_tokens=st.integers(1, 40), extra=st.integers(0, 24), k=st.integers(1, 3))
+    def admit_with_forks(self, num_tokens, extra, k):
+        """A request admitted with room for k samples to fork later (as the scheduler does)."""
+        seq = self._new_id()
+        children = [self._new_id() for _ in range(k)]
+        final = min(num_tokens + extra, self.max_len)
+        before = self.alloc.snapshot()
+        if not self.alloc.allocate_group([seq], num_tokens, final, children):
+            assert self.alloc.snapshot() == before, "a failed admission changed the allocator"
+            return
+        self._prefill(seq, num_tokens, final)
+        self.held[seq] = children
+
+    @precondition(lambda self: any(p in self.tokens for p in self.held))
+    @rule(data=st.data())
+    def fork_held(self, data):
+        """Forking a child whose room was held at admission cannot fail while its parent
+        still holds its prompt (the scheduler forks before any append)."""
+        parent = data.draw(st.sampled_from(sorted(p for p in self.held if p in self.tokens)))
+        child = self.held[parent].pop()
+        if not self.held[parent]:
+            del self.held[parent]
+        before = self.alloc.snapshot()
+        try:
+            copies = self.alloc.fork(parent, child)
+        except OutOfMemoryError:
+            assert self.alloc.snapshot() == before, "a failed fork changed the allocator"
+            self.alloc.free(child)  # give back the held room
+            return
+        apply_copies(self.mem, self.mem, copies)
+        self.tokens[child] = list(self.tokens[parent])
+        self.finals[child] = self.finals[parent]
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def free_held(self, data):
+        """A sample never forked (a one-token output) gives its held room back."""
+        parent = data.draw(st.sampled_from(sorted(self.held)))
+        for child in self.held.pop(parent):
+            if child in self.alloc:
+                self.alloc.free(child)
 
     @rule()
     def over_allocate(self):
@@ -91,7 +145,7 @@ class AllocatorMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def append(self, data):
         seq = data.draw(st.sampled_from(sorted(self.tokens)))
-        if not self.alloc.can_append(seq):
+        if not self.alloc.can_append_all([seq]):
             self._expect_failure(lambda: self.alloc.append_slot(seq), OutOfMemoryError)
             return
         slot, copy = self.alloc.append_slot(seq)
@@ -179,6 +233,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         i = data.draw(st.integers(0, len(self.swapped) - 1))
         group, cpu, moved = self.swapped[i]
         if not self.alloc.can_swap_in(group):
+            assert not self.alloc.can_swap_in(group, 0.25)
             self._expect_failure(lambda: self.alloc.swap_in(group), OutOfMemoryError)
             return
         copies = self.alloc.swap_in(group)
@@ -194,13 +249,18 @@ class AllocatorMachine(RuleBasedStateMachine):
             self.alloc.free(s)
         self.tokens.clear()
         self.finals.clear()
+        for children in self.held.values():
+            for child in children:
+                if child in self.alloc:
+                    self.alloc.free(child)
+        self.held.clear()
         for group, _, _ in self.swapped:
             self.alloc.swap_in(group)  # always fits into an empty pool
             for s in group.seq_ids:
                 self.alloc.free(s)
         self.swapped.clear()
         now, init = self.alloc.snapshot(), dict(self.initial)
-        if now["kind"] == "paged":  # the free list's order may differ; its content may not
+        if "free_blocks" in now:  # the free list's order may differ; its content may not
             assert sorted(now.pop("free_blocks")) == sorted(init.pop("free_blocks"))
         assert now == init, "freeing everything did not restore the initial state"
         self.mem.clear()
@@ -225,25 +285,37 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert acct.physical_blocks <= acct.logical_blocks
 
 
-class PagedMachine(AllocatorMachine):
-    def make(self, data):
-        num_blocks = data.draw(st.integers(1, 24), label="num_blocks")
-        block_size = data.draw(st.sampled_from([1, 2, 4, 16]), label="block_size")
-        return PagedAllocator(num_blocks, block_size)
+def _model(head_dim: int) -> ModelSpec:
+    """A model whose K (or V) row in one layer is ``2 * head_dim`` bytes: big rows make
+    page-sized schemes (vAttention) hold only a few tokens per page in a small pool."""
+    return ModelSpec("rows", num_layers=1, num_heads=1, num_kv_heads=1, head_dim=head_dim,
+                     dtype_bytes=2, weights_bytes=0, max_model_len=AllocatorMachine.max_len)
 
 
-class ContiguousMachine(AllocatorMachine):
-    def make(self, data):
-        align = data.draw(st.sampled_from([1, 4]), label="align")
-        capacity = data.draw(st.integers(8, 300), label="capacity") // align * align
-        return ContiguousAllocator(
-            max(capacity, align),
-            reservation=data.draw(st.sampled_from(["max", "pow2", "oracle"])),
-            placement=data.draw(st.sampled_from(["first-fit", "best-fit", "buddy"])),
-            max_model_len=self.max_len,
-            align_slots=align,
-        )
+def machine_for(scheme: str) -> type[AllocatorMachine]:
+    """The machine for one registered scheme; every pool parameter is drawn."""
+
+    class SchemeMachine(AllocatorMachine):
+        def make(self, data):
+            block_size = data.draw(st.sampled_from([1, 2, 4, 16]), label="block_size")
+            align = data.draw(st.sampled_from([1, 4]), label="align")
+            capacity = max(data.draw(st.integers(8, 300), label="capacity") // align * align,
+                           align)
+            head_dim = data.draw(st.sampled_from([8192, 65536, 262144]), label="head_dim")
+            max_seqs = data.draw(st.integers(1, 12), label="max_num_seqs")
+            try:
+                return make_allocator(scheme, capacity, block_size, self.max_len,
+                                      model=_model(head_dim), max_num_seqs=max_seqs,
+                                      align_slots=align)
+            except ValueError:  # e.g. a pool smaller than one block or page
+                assume(False)
+
+    SchemeMachine.__name__ = SchemeMachine.__qualname__ = f"Machine[{scheme}]"
+    return SchemeMachine
 
 
-TestPagedAllocatorState = PagedMachine.TestCase
-TestContiguousAllocatorState = ContiguousMachine.TestCase
+for _name in SCHEMES:
+    _case = machine_for(_name).TestCase
+    _case.__name__ = f"TestState_{_name.replace('-', '_')}"
+    globals()[_case.__name__] = _case
+del _name, _case

@@ -26,8 +26,8 @@ def dense_greedy(model: Decoder) -> Generation:
 def make_cache(model: Decoder, kind: str):
     if kind == "paged":
         return model.make_cache(num_blocks=24, block_size=BLOCK_SIZE)
-    return model.make_cache(num_blocks=3 * 8, block_size=BLOCK_SIZE, kind="contiguous",
-                            reservation="oracle", max_model_len=64)
+    return model.make_cache(num_blocks=3 * 8, block_size=BLOCK_SIZE,
+                            scheme="contiguous-oracle-first-fit", max_model_len=64)
 
 
 def assert_matches(got: Generation, want: Generation) -> None:

@@ -1,4 +1,5 @@
-"""KV-cache allocators: contiguous regions and paged blocks, behind one protocol."""
+"""KV-cache allocators: contiguous regions and paged blocks, behind one
+narrow protocol (:class:`Allocator`)."""
 
 from .base import Allocator, AppendResult, KVCopy, SlotUsage, SwappedGroup
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator

@@ -12,7 +12,7 @@ Slots are numbered ``0 .. capacity_slots - 1``. For the paged allocator slot
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -73,45 +73,82 @@ class SlotUsage:
 
 @runtime_checkable
 class Allocator(Protocol):
-    """The interface the scheduler, the accounting and the KV caches rely on."""
+    """The narrow interface: everything the scheduler, the accounting and the KV caches call.
 
-    capacity_slots: int
+    Every scheme-specific decision sits behind it (how many blocks or pages a prompt
+    takes, how the watermark applies, whether forked children need room held from
+    admission, what a swap-out costs), so the scheduler never asks which scheme it
+    drives. Schemes may offer more (``block_table``, ``region``, ``can_allocate``) for
+    pictures, notebooks and tests, but nothing below the scheduler relies on it.
 
-    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
-        """Give a new sequence room for its ``num_tokens``-token prompt.
+    Sequence ids are any hashable values. Lengths are in tokens; sizes in slots.
+    """
 
-        ``final_len`` (prompt + output, tokens) is the request's true final length:
-        contiguous reservation policies need it; every allocator keeps it for accounting.
-        Raises ``OutOfMemoryError`` (and changes nothing) when there is no room.
-        """
+    capacity_slots: int  # token slots in the pool
+    #: Called as ``on_release(start_slot, num_slots)`` for memory going back to the free
+    #: pool, so a real cache can scrub it.
+    on_release: Callable[[int, int], None] | None
+
+    # ------------------------------------------------------- the scheduler's calls
+    def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
+                       final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
+                       watermark: float = 0.0) -> bool:
+        """Admit a request: every id in ``seq_ids`` gets room for ``num_tokens`` tokens,
+        and room is held for the ids in ``fork_ids`` that will be forked from
+        ``seq_ids[0]`` later (schemes that share a fork need none). ``watermark`` is the
+        fraction of the pool the scheme keeps free at admission, where it applies one.
+        All or nothing: returns False and changes nothing when it does not fit."""
+
+    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
+        """Whether one ``append_slot`` for each of ``seq_ids`` (in order) would all succeed."""
 
     def append_slot(self, seq_id: SeqId) -> AppendResult:
         """Room for one new token: ``(slot, copy_or_None)``."""
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
-        """Create ``child_id`` holding the same tokens as ``parent_id``; returns the copies."""
+        """``child_id`` holds the same tokens as ``parent_id`` (using room held for it by
+        ``allocate_group``, if any); returns the copies to carry out."""
 
     def free(self, seq_id: SeqId) -> None:
-        """Release a sequence's memory."""
+        """Release a sequence's memory (or the room held for a child never forked)."""
 
-    def can_allocate(self, num_tokens: int, final_len: int | None = None) -> bool: ...
+    def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
+        """CPU slots a swap-out of ``seq_ids`` would take (shared memory once)."""
 
-    def can_append(self, seq_id: SeqId) -> bool: ...
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
+        """Move the sequences to a CPU buffer and release their GPU memory."""
 
-    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
-        """Whether one ``append_slot`` for each of ``seq_ids`` (in order) would all succeed."""
+    def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
+        """Whether ``swap_in(group)`` would succeed and leave the watermark free."""
 
-    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup: ...
+    def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
+        """Bring a swapped group back (all or nothing); returns the copies CPU -> GPU."""
 
-    def can_swap_in(self, group: SwappedGroup) -> bool: ...
+    @property
+    def num_seqs(self) -> int:
+        """Sequences (and held rooms) that own memory now."""
 
-    def swap_in(self, group: SwappedGroup) -> list[KVCopy]: ...
+    # ------------------------------------------------------ the accounting's calls
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+        """Allocated slots split into token / reserved / internal fragmentation."""
+
+    @property
+    def num_free_slots(self) -> int: ...
+
+    def external_frag_slots(self, need_slots: int | None) -> int:
+        """Free slots in holes too small for an allocation of ``need_slots`` slots."""
+
+    def slots_needed(self, num_tokens: int, final_len: int | None = None) -> int:
+        """Slots one allocation of this prompt would take (for external-fragmentation checks)."""
+
+    # ---------------------------------------------------------- the caches' calls
+    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
+        """Room for one new sequence's ``num_tokens``-token prompt; ``final_len`` (prompt
+        + output, tokens) is its true final length, for reservation and accounting.
+        Raises ``OutOfMemoryError`` (and changes nothing) when there is no room."""
 
     def seq_len(self, seq_id: SeqId) -> int:
         """Number of tokens the sequence holds."""
-
-    def slot_of(self, seq_id: SeqId, index: int) -> int:
-        """The physical slot holding the sequence's ``index``-th token."""
 
     def slot_mapping(self, seq_id: SeqId, start: int = 0, end: int | None = None) -> list[int]:
         """Physical slots of tokens ``start .. end-1`` (default: all of them)."""
@@ -120,22 +157,8 @@ class Allocator(Protocol):
 
     def __contains__(self, seq_id: object) -> bool: ...
 
-    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage: ...
-
-    @property
-    def num_free_slots(self) -> int: ...
-
-    def external_frag_slots(self, need_slots: int | None) -> int:
-        """Free slots in holes too small for an allocation of ``need_slots`` slots."""
-
-    def free_runs(self) -> list[int]:
-        """Sizes (slots) of the free holes, each usable as one unit of allocation."""
-
-    def slots_needed(self, num_tokens: int, final_len: int | None = None) -> int:
-        """Slots one allocation of this prompt would take (for external-fragmentation checks)."""
-
     def snapshot(self) -> dict:
-        """The allocator's whole state as plain data."""
+        """The allocator's whole state as plain data (``view`` says how to draw it)."""
 
     def check_invariants(self) -> None:
         """Raise ``AssertionError`` if the internal state is inconsistent."""

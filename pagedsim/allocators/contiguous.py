@@ -16,8 +16,9 @@ Nothing is shared: a fork copies the parent's tokens into a region of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from ..accounting import final_tokens, split_slots
 from ..errors import OutOfMemoryError
 from ..validate import check_choice, check_int
 from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
@@ -73,6 +74,9 @@ class ContiguousAllocator:
         else:
             self._arena = Arena(self.capacity_slots, best_fit=self.placement == "best-fit")
         self._regions: dict[SeqId, _Region] = {}
+        # Children whose regions are held (empty) from their request's admission, so that
+        # forking them later cannot fail; ``fork`` fills them.
+        self._held: set[SeqId] = set()
         #: Called as ``on_release(start_slot, num_slots)`` for every region given back,
         #: so a real cache can scrub it (see ``kernels.executor``).
         self.on_release: Callable[[int, int], None] | None = None
@@ -172,6 +176,34 @@ class ContiguousAllocator:
         return all(self.can_append(s) for s in seq_ids)
 
     # -------------------------------------------------------------- mutations
+    def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
+                       final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
+                       watermark: float = 0.0) -> bool:
+        """A region for each of ``seq_ids`` (``num_tokens`` tokens placed), and an empty
+        region of the same size held for each of ``fork_ids``: a contiguous fork needs a
+        region of its own, and holding it from admission means the fork cannot fail.
+        False (nothing changed) when they do not fit. ``watermark`` does not apply: the
+        paper's Orca baselines keep none."""
+        ids = [*seq_ids, *fork_ids]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate sequence ids in {tuple(ids)!r}")
+        taken: list[SeqId] = []
+        try:
+            for seq_id in seq_ids:
+                self.allocate(seq_id, num_tokens, final_len)
+                taken.append(seq_id)
+            for child in fork_ids:
+                self.allocate(child, 0, final_len)
+                taken.append(child)
+                self._held.add(child)
+        except Exception as exc:
+            for seq_id in reversed(taken):  # frees merge back exactly: nothing changed
+                self.free(seq_id)
+            if isinstance(exc, OutOfMemoryError):
+                return False
+            raise
+        return True
+
     def _place(self, seq_id: SeqId, size: int) -> int:
         start = self._arena.alloc(size)
         if start is None:
@@ -204,7 +236,10 @@ class ContiguousAllocator:
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
         """The child gets a region of its own and a copy of the parent's tokens."""
         p = self._get(parent_id)
-        if child_id in self._regions:
+        if child_id in self._held:  # its room was held since admission: give it back
+            self._held.discard(child_id)  # and place the child anew, which cannot fail
+            self._arena.free(self._regions.pop(child_id).start)
+        elif child_id in self._regions:
             raise ValueError(f"sequence id {child_id!r} already exists")
         start = self._place(child_id, p.size)
         self._regions[child_id] = _Region(start, p.size, p.num_tokens, p.final_len)
@@ -217,6 +252,7 @@ class ContiguousAllocator:
             raise ValueError(
                 f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
             ) from None
+        self._held.discard(seq_id)
         self._arena.free(r.start)
         if self.on_release is not None:
             self.on_release(r.start, r.size)
@@ -238,6 +274,10 @@ class ContiguousAllocator:
             self.free(s)
         return SwappedGroup(seq_ids, offset, out, {"meta": meta})
 
+    def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
+        """CPU slots a swap-out would take: every sequence's tokens (nothing is shared)."""
+        return sum(self._get(s).num_tokens for s in seq_ids)
+
     def _try_place_all(self, sizes: list[int]) -> list[int] | None:
         starts: list[int] = []
         for size in sizes:
@@ -249,7 +289,8 @@ class ContiguousAllocator:
             starts.append(start)
         return starts
 
-    def can_swap_in(self, group: SwappedGroup) -> bool:
+    def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
+        """Whether every region of the group can be placed (no watermark, as admission)."""
         starts = self._try_place_all([m[0] for m in group.state["meta"]])
         if starts is None:
             return False
@@ -285,10 +326,10 @@ class ContiguousAllocator:
         fl = final_lens or {}
         for seq_id, r in self._regions.items():
             n = r.num_tokens
-            final = fl.get(seq_id, r.final_len) if fl else r.final_len
-            final = final if final is not None and final > n else n
-            token += n
-            reserved += min(final, r.size) - n
+            final = final_tokens(n, fl.get(seq_id, r.final_len) if fl else r.final_len)
+            t, res, _ = split_slots(n, final, r.size)
+            token += t
+            reserved += res
             allocated += r.size
         return SlotUsage(
             token_slots=token,
@@ -312,13 +353,11 @@ class ContiguousAllocator:
             return 0
         return sum(size for _, size in self._arena.holes() if size < need_slots)
 
-    def free_runs(self) -> list[int]:
-        return [size for _, size in self._arena.holes()]
-
     def snapshot(self) -> dict:
         """The whole state as plain data (for pictures, step-through recorders and tests)."""
         return {
             "kind": "contiguous",
+            "view": "arena",
             "capacity_slots": self.capacity_slots,
             "reservation": self.reservation,
             "placement": self.placement,
@@ -341,3 +380,6 @@ class ContiguousAllocator:
             assert 0 <= r.start and r.start + r.size <= self.capacity_slots, "region out of bounds"
             assert 0 <= r.num_tokens <= r.size, f"sequence {seq_id!r} overflows its region"
             assert r.start % self.align_slots == 0, f"sequence {seq_id!r}: unaligned region"
+        for child in self._held:
+            assert child in self._regions and self._regions[child].num_tokens == 0, (
+                f"held child {child!r} has no empty region")

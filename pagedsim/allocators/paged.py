@@ -19,8 +19,9 @@ simulator calls them millions of times. Names follow vLLM and nano-vllm
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+from ..accounting import final_tokens, split_slots
 from ..errors import OutOfMemoryError
 from ..validate import check_int
 from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
@@ -155,7 +156,36 @@ class PagedAllocator:
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         return self.append_blocks_needed(seq_ids) <= len(self._free)
 
+    def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        clash = [s for s in seq_ids if s in self._seqs]
+        if clash:
+            raise ValueError(f"sequence ids {clash!r} already exist")
+
+    def watermark_blocks(self, watermark: float) -> int:
+        """Blocks kept free at admission for a ``watermark`` fraction (as vLLM v0)."""
+        if not 0 <= watermark < 1:
+            raise ValueError(f"watermark must be in [0, 1), got {watermark!r}")
+        return int(watermark * self.num_blocks)
+
     # -------------------------------------------------------------- mutations
+    def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
+                       final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
+                       watermark: float = 0.0) -> bool:
+        """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), keeping
+        ``watermark`` of the blocks free; False (nothing changed) when they do not fit.
+        Forked children need no room held: they share their parent's blocks."""
+        self._check_new_ids([*seq_ids, *fork_ids])
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+        need = -(-num_tokens // self.block_size) * len(seq_ids)
+        if len(self._free) - need < self.watermark_blocks(watermark):
+            return False
+        for seq_id in seq_ids:
+            self.allocate(seq_id, num_tokens, final_len)
+        return True
+
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
         """Blocks for a new ``num_tokens``-token prompt (``final_len`` kept for accounting)."""
         if seq_id in self._seqs:
@@ -291,8 +321,15 @@ class PagedAllocator:
             state={"tables": tables, "meta": meta, "num_blocks": len(local)},
         )
 
-    def can_swap_in(self, group: SwappedGroup) -> bool:
-        return group.state["num_blocks"] <= len(self._free)
+    def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
+        """CPU slots a swap-out would take: every distinct block once."""
+        blocks = {b for s in seq_ids for b in self._get(s).table}
+        return len(blocks) * self.block_size
+
+    def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
+        """Whether the group's blocks fit and leave ``watermark`` of the blocks free."""
+        need = group.state["num_blocks"]
+        return len(self._free) - need >= self.watermark_blocks(watermark)
 
     def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
         """Bring a swapped group back into fresh blocks (all or nothing)."""
@@ -332,17 +369,15 @@ class PagedAllocator:
         if self._num_shared_blocks == 0:  # fast path: every block has one owner
             for seq_id, seq in self._seqs.items():
                 n = seq.num_tokens
-                final = fl.get(seq_id, seq.final_len) if fl else seq.final_len
-                final = final if final is not None and final > n else n
-                allocated = len(seq.table) * bs
-                token += n
-                reserved += min(final, allocated) - n
+                final = final_tokens(n, fl.get(seq_id, seq.final_len) if fl else seq.final_len)
+                t, r, _ = split_slots(n, final, len(seq.table) * bs)
+                token += t
+                reserved += r
         else:
             seen: dict[int, tuple[int, int]] = {}  # shared block -> (fill, future fill)
             for seq_id, seq in self._seqs.items():
                 n = seq.num_tokens
-                final = fl.get(seq_id, seq.final_len) if fl else seq.final_len
-                final = final if final is not None and final > n else n
+                final = final_tokens(n, fl.get(seq_id, seq.final_len) if fl else seq.final_len)
                 for j, b in enumerate(seq.table):
                     fill = min(bs, n - j * bs)
                     future = min(bs, final - j * bs)
@@ -354,8 +389,9 @@ class PagedAllocator:
                         if old is None or future > old[1]:
                             seen[b] = (fill, future)
             for fill, future in seen.values():
-                token += fill
-                reserved += future - fill
+                t, r, _ = split_slots(fill, future, bs)
+                token += t
+                reserved += r
         used_slots = (self.num_blocks - len(self._free)) * bs
         return SlotUsage(
             token_slots=token,
@@ -373,14 +409,11 @@ class PagedAllocator:
         """Always 0: any free block serves any sequence."""
         return 0
 
-    def free_runs(self) -> list[int]:
-        """Every free block is a usable hole of ``block_size`` slots."""
-        return [self.block_size] * len(self._free)
-
     def snapshot(self) -> dict:
         """The whole state as plain data (for pictures, step-through recorders and tests)."""
         return {
             "kind": "paged",
+            "view": "blocks",
             "num_blocks": self.num_blocks,
             "block_size": self.block_size,
             "free_blocks": list(self._free),
@@ -393,12 +426,16 @@ class PagedAllocator:
         }
 
     # ------------------------------------------------------------- invariants
+    def _referenced_blocks(self) -> Counter[int]:
+        """How many references each used block has (block tables; subclasses add theirs)."""
+        return Counter(b for seq in self._seqs.values() for b in seq.table)
+
     def check_invariants(self) -> None:
         """Assert the bookkeeping is consistent (used by the property tests)."""
         free = self._free
         assert len(set(free)) == len(free), "a block is on the free list twice"
         assert all(0 <= b < self.num_blocks for b in free), "free list holds an unknown block"
-        counts = Counter(b for seq in self._seqs.values() for b in seq.table)
+        counts = self._referenced_blocks()
         free_set = set(free)
         for b in range(self.num_blocks):
             assert (b in free_set) != (counts[b] > 0), f"block {b} is neither free xor referenced"

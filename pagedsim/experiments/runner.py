@@ -34,8 +34,10 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
     from ..schemes import make_allocator
     from ..simulator import simulate
 
-    alloc = make_allocator(scheme, exp.capacity_slots(), exp.block_size, exp.max_model_len)
-    result = simulate(exp.requests(), alloc, exp.cost_model(), exp.scheduler_config(),
+    sched = exp.scheduler_config()
+    alloc = make_allocator(scheme, exp.capacity_slots(), exp.block_size, exp.max_model_len,
+                           model=exp.model, max_num_seqs=sched.max_num_seqs)
+    result = simulate(exp.requests(), alloc, exp.cost_model(), sched,
                       scheme=scheme, progress=progress)
     steps = result.steps()
     summary = summarize(result, steps)

@@ -19,6 +19,7 @@ from .palette import (
     seq_color,
     seq_colors,
 )
+from .pool_map import pool_map
 from .recorder import Frame, Recorder
 from .shares import share_bars
 from .sweeps import sweep_curves
@@ -39,6 +40,7 @@ __all__ = [
     "column_label",
     "memory_timeline",
     "paged_blocks",
+    "pool_map",
     "seq_color",
     "seq_colors",
     "share_bars",

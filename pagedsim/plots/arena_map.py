@@ -61,8 +61,9 @@ def arena_map(
     count in slots. Returns the axes.
     """
     snap = as_snapshot(allocator_or_snapshot)
-    if snap["kind"] != "contiguous":
-        raise TypeError("arena_map draws a contiguous pool; use block_map for a paged one")
+    if snap["view"] != "arena":
+        raise TypeError(f"arena_map draws a linear arena of regions; this {snap['kind']} "
+                        "pool is a pool of blocks: use block_map (or pool_map)")
     cap = capacity_slots(snap)
     row_slots = row_slots or auto_row_slots(cap)
     nrows = math.ceil(cap / row_slots)

@@ -120,8 +120,9 @@ def block_map(
     Returns the axes.
     """
     snap = as_snapshot(allocator_or_snapshot)
-    if snap["kind"] != "paged":
-        raise TypeError("block_map draws a paged pool; use arena_map for a contiguous one")
+    if snap["view"] != "blocks":
+        raise TypeError(f"block_map draws a pool of blocks; this {snap['kind']} pool is a "
+                        "linear arena: use arena_map (or pool_map)")
     num_blocks, bs = snap["num_blocks"], snap["block_size"]
     blocks = paged_blocks(snap)
     counts = category_counts(snap)

@@ -1,8 +1,10 @@
 """What each picture shows, computed from an allocator snapshot (no drawing here).
 
-The pictures colour every slot by the same rules as :func:`pagedsim.account`, so the
-counts here equal the account's (a test checks it); keeping the rules in one small
-pure module lets tests check them without looking at pixels.
+The pictures colour every slot with the accounting's own rules
+(:func:`pagedsim.accounting.final_tokens` and :func:`~pagedsim.accounting.split_slots`,
+which every allocator's ``usage()`` uses too), so the counts here equal the account's.
+A snapshot's ``view`` says which layout applies: ``"blocks"`` (a pool of equal blocks
+or pages with block tables) or ``"arena"`` (regions and holes in a linear arena).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..accounting import CATEGORIES
+from ..accounting import CATEGORIES, final_tokens, split_slots
+
+#: What a snapshot's ``view`` may say (as :data:`pagedsim.schemes.VIEWS`).
+VIEWS = ("blocks", "arena")
 
 
 def as_snapshot(allocator_or_snapshot: Any) -> dict:
@@ -20,10 +25,10 @@ def as_snapshot(allocator_or_snapshot: Any) -> dict:
     snap = allocator_or_snapshot
     if hasattr(snap, "snapshot"):
         snap = snap.snapshot()
-    if not isinstance(snap, Mapping) or snap.get("kind") not in ("paged", "contiguous"):
+    if not isinstance(snap, Mapping) or snap.get("view") not in VIEWS:
         raise TypeError(
-            "expected a PagedAllocator, a ContiguousAllocator or one's .snapshot() dict, "
-            f"got {type(allocator_or_snapshot).__name__}"
+            "expected an allocator or its .snapshot() dict (with a 'view' of "
+            f"{' or '.join(VIEWS)}), got {type(allocator_or_snapshot).__name__}"
         )
     return copy.deepcopy(dict(snap))
 
@@ -44,11 +49,6 @@ class BlockState:
         return not self.owners
 
 
-def _final(num_tokens: int, final_len: int | None) -> int:
-    # As the allocators' usage(): a sequence with no (or a stale) final length is finished.
-    return final_len if final_len is not None and final_len > num_tokens else num_tokens
-
-
 def paged_blocks(snap: Mapping) -> list[BlockState]:
     """Every physical block of a paged snapshot, indexed by block id.
 
@@ -59,7 +59,7 @@ def paged_blocks(snap: Mapping) -> list[BlockState]:
     owners: dict[int, list[Hashable]] = {}
     fills: dict[int, tuple[int, int]] = {}  # block -> (fill, future fill), slots
     for sid, seq in snap["seqs"].items():
-        n, final = seq["num_tokens"], _final(seq["num_tokens"], seq["final_len"])
+        n, final = seq["num_tokens"], final_tokens(seq["num_tokens"], seq["final_len"])
         for j, b in enumerate(seq["block_table"]):
             owners.setdefault(b, []).append(sid)
             fill, future = min(bs, n - j * bs), min(bs, final - j * bs)
@@ -68,10 +68,12 @@ def paged_blocks(snap: Mapping) -> list[BlockState]:
                 fills[b] = (fill, future)
     out = []
     for b in range(snap["num_blocks"]):
-        fill, future = fills.get(b, (0, 0))
-        internal = bs - future if b in owners else 0
+        if b in owners:
+            token, reserved, internal = split_slots(*fills[b], bs)
+        else:
+            token = reserved = internal = 0
         out.append(BlockState(b, snap["ref_counts"][b], tuple(owners.get(b, ())),
-                              fill, future - fill, internal))
+                              token, reserved, internal))
     return out
 
 
@@ -94,11 +96,10 @@ def arena_segments(snap: Mapping, next_need_slots: int | None = None) -> list[Se
     """
     segs: list[Segment] = []
     for sid, r in snap["seqs"].items():
-        n, size = r["num_tokens"], r["size"]
-        filled_at_end = min(_final(n, r["final_len"]), size)
+        parts = split_slots(r["num_tokens"], final_tokens(r["num_tokens"], r["final_len"]),
+                            r["size"])
         pos = r["start"]
-        for cat, length in (("token", n), ("reserved", filled_at_end - n),
-                            ("internal_frag", size - filled_at_end)):
+        for cat, length in zip(("token", "reserved", "internal_frag"), parts, strict=True):
             if length > 0:
                 segs.append(Segment(pos, length, cat, sid))
                 pos += length
@@ -110,7 +111,7 @@ def arena_segments(snap: Mapping, next_need_slots: int | None = None) -> list[Se
 
 def capacity_slots(snap: Mapping) -> int:
     """Pool size (slots) of a snapshot of either kind."""
-    if snap["kind"] == "paged":
+    if snap["view"] == "blocks":
         return snap["num_blocks"] * snap["block_size"]
     return snap["capacity_slots"]
 
@@ -118,7 +119,7 @@ def capacity_slots(snap: Mapping) -> int:
 def category_counts(snap: Mapping, next_need_slots: int | None = None) -> dict[str, int]:
     """The five categories (slots) of a snapshot; equals :func:`pagedsim.account`."""
     counts = dict.fromkeys(CATEGORIES, 0)
-    if snap["kind"] == "paged":
+    if snap["view"] == "blocks":
         bs = snap["block_size"]
         for blk in paged_blocks(snap):
             if blk.is_free:

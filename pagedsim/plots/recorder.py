@@ -71,7 +71,7 @@ class Recorder:
         Extra keywords go to :func:`block_map` / :func:`arena_map`. Returns the axes.
         """
         f = self.frames[i]
-        if f.snapshot["kind"] == "paged":
+        if f.snapshot["view"] == "blocks":
             kw.setdefault("colors", self.colors())
             return block_map(f.snapshot, ax=ax, title=self._title(i), **kw)
         return arena_map(f.snapshot, ax=ax, next_need_slots=f.next_need_slots,
@@ -99,7 +99,7 @@ class Recorder:
         import matplotlib.pyplot as plt
 
         idx = self.pick(steps, max_panels)
-        paged = self.frames[idx[0]].snapshot["kind"] == "paged"
+        paged = self.frames[idx[0]].snapshot["view"] == "blocks"
         # Panels carry no legends of their own (their titles give the counts); one key
         # for the whole strip sits at the bottom. Paged maps drop their block tables:
         # the strip is about the pool filling up.
