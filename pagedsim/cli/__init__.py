@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 from .. import __version__
 from ..errors import PagedSimError
-from .base import EXIT_USAGE, PROG, UNITS_NOTE, ArgumentParser, CliError
+from .base import EXIT_USAGE, PROG, UNITS_NOTE, ArgumentParser, CliError, name_the_flag
 from .presets import add_budget, add_gpus, add_models
 from .simulate import add_compare, add_figures, add_sweep
 
@@ -65,6 +65,7 @@ def build_parser() -> ArgumentParser:
     for add in COMMANDS:
         add(subparsers)
     parser.command_names = tuple(subparsers.choices)
+    parser.command_parsers = dict(subparsers.choices)
     return parser
 
 
@@ -76,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     on stderr, without a traceback.
     """
     parser = build_parser()
+    command = None
     try:
         try:
             args = parser.parse_args(argv)
@@ -84,9 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             choices = ", ".join(parser.command_names)
             raise CliError(f"missing command, choose one of: {choices} (see '{PROG} --help')")
+        command = parser.command_parsers[args.command]
         return int(args.run(args))
     except (CliError, ValueError, TypeError, PagedSimError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
+        if command is not None and not isinstance(exc, CliError):
+            message = name_the_flag(message, command)
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -11,7 +11,7 @@ from ..budget import KVBudget, kv_budget
 from ..specs import GPUS, MODELS, get_gpu, get_model
 from ..textfmt import format_table
 from ..units import GiB, KiB, MiB
-from .argtypes import gib_to_bytes
+from .argtypes import gib_to_bytes, preset, whole
 from .base import UNITS_NOTE
 
 # --------------------------------------------------------------------------------------
@@ -55,10 +55,10 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
             "num_blocks = kv // (block_size x bytes per token). " + UNITS_NOTE + "."
         ),
     )
-    p.add_argument("--model", required=True, metavar="NAME",
-                   help=f"model preset, one of: {', '.join(MODELS)}")
-    p.add_argument("--gpu", required=True, metavar="NAME",
-                   help=f"GPU preset, one of: {', '.join(GPUS)}")
+    p.add_argument("--model", required=True, metavar="NAME", type=preset("model", MODELS),
+                   help=f"model preset, one of: {', '.join(MODELS)} (any case)")
+    p.add_argument("--gpu", required=True, metavar="NAME", type=preset("gpu", GPUS),
+                   help=f"GPU preset, one of: {', '.join(GPUS)} (any case)")
     p.add_argument("--weights-gb", type=gib_to_bytes, default=None, metavar="GIB",
                    help="weights across all GPUs, in GiB (2**30 bytes); "
                         "default: the model preset's")
@@ -67,11 +67,11 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--activation-gb", type=gib_to_bytes, default=0, metavar="GIB",
                    help="peak activation and other non-KV memory across all GPUs, in GiB "
                         "(default 0)")
-    p.add_argument("--block-size", type=int, default=16, metavar="TOKENS",
+    p.add_argument("--block-size", type=whole, default=16, metavar="TOKENS",
                    help="token slots per KV block (default 16, as in vLLM)")
-    p.add_argument("--num-gpus", type=int, default=1, metavar="N",
+    p.add_argument("--num-gpus", type=whole, default=1, metavar="N",
                    help="GPUs the model is sharded over; memory and KV cache add up (default 1)")
-    p.add_argument("--seq-len", type=int, default=1024, metavar="TOKENS",
+    p.add_argument("--seq-len", type=whole, default=1024, metavar="TOKENS",
                    help="sequence length for the per-sequence example line (default 1024)")
     p.add_argument("--json", action="store_true",
                    help="print the budget's fields as one JSON object (sizes in bytes)")

@@ -8,15 +8,19 @@ so ``pagedsim --help`` and ``pagedsim budget`` stay fast.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..scheduler import PREEMPTION_MODES
 from ..specs import GPUS, MODELS
 from ..units import GiB
-from .argtypes import csv_list, gib_to_bytes, rate
-from .base import UNITS_NOTE
+from .argtypes import csv_list, finite, gib_to_bytes, jobs, nonempty, preset, rate, whole
+from .base import UNITS_NOTE, CliError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..experiments import Experiment
@@ -25,18 +29,20 @@ if TYPE_CHECKING:  # pragma: no cover
 def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | None,
                            num_requests_default: int | None) -> None:
     """Options shared by ``compare`` and ``sweep``: what to simulate and on what."""
-    from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
+    from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE, MAX_NUM_REQUESTS
 
     wl = workload_default or "per sweep"
     p.add_argument("--workload", default=workload_default, metavar="{sharegpt,alpaca,PATH}",
+                   type=nonempty("sharegpt, alpaca or the path of a trace file"),
                    help=f"synthetic ShareGPT-/Alpaca-like lengths, or a trace file (Azure "
                         f"2023 CSV or pagedsim CSV/JSONL; its arrival times are used) "
                         f"(default {wl})")
-    p.add_argument("--model", default="opt-13b", metavar="NAME",
-                   help=f"model preset, one of: {', '.join(MODELS)} (default opt-13b)")
-    p.add_argument("--gpu", default="a100-40gb", metavar="NAME",
-                   help=f"GPU preset, one of: {', '.join(GPUS)} (default a100-40gb)")
-    p.add_argument("--num-gpus", type=int, default=1, metavar="N",
+    p.add_argument("--model", default="opt-13b", metavar="NAME", type=preset("model", MODELS),
+                   help=f"model preset, one of: {', '.join(MODELS)}, any case (default "
+                        "opt-13b)")
+    p.add_argument("--gpu", default="a100-40gb", metavar="NAME", type=preset("gpu", GPUS),
+                   help=f"GPU preset, one of: {', '.join(GPUS)}, any case (default a100-40gb)")
+    p.add_argument("--num-gpus", type=whole, default=1, metavar="N",
                    help="GPUs the model is sharded over (default 1)")
     p.add_argument("--gpu-memory-utilization", type=float, default=1.0, metavar="FRACTION",
                    help="fraction of GPU memory the engine claims (default 1.0, the paper's "
@@ -51,22 +57,24 @@ def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | N
                         "compare, which saturates every scheme; see pagedsim.experiments); "
                         "not for traces")
     nr = num_requests_default or DEFAULT_NUM_REQUESTS
-    p.add_argument("--num-requests", type=int, default=None, metavar="N",
-                   help=f"requests to simulate (default {nr}); not for traces")
-    p.add_argument("--block-size", type=int, default=16, metavar="TOKENS",
+    p.add_argument("--num-requests", type=whole, default=None, metavar="N",
+                   help=f"requests to simulate (default {nr}, at most {MAX_NUM_REQUESTS:,}); "
+                        "not for traces")
+    p.add_argument("--block-size", type=whole, default=16, metavar="TOKENS",
                    help="token slots per KV block (default 16)")
-    p.add_argument("--n", type=int, default=1, metavar="N",
+    p.add_argument("--n", type=whole, default=1, metavar="N",
                    help="parallel samples per request (default 1)")
-    p.add_argument("--beam-width", type=int, default=1, metavar="K",
+    p.add_argument("--beam-width", type=whole, default=1, metavar="K",
                    help="beam-search width per request (default 1: no beam search)")
     p.add_argument("--preemption", default=None, metavar="{recompute,swap}",
+                   choices=PREEMPTION_MODES,
                    help="what to do with a preempted request (default recompute; the "
                         "sharing sweep swaps, as vLLM does for multi-sequence groups)")
     p.add_argument("--swap-gb", type=gib_to_bytes, default=4 * GiB, metavar="GIB",
                    help="CPU swap space in GiB for --preemption swap (default 4, vLLM's)")
-    p.add_argument("--seed", type=int, default=0, metavar="SEED",
+    p.add_argument("--seed", type=whole, default=0, metavar="SEED",
                    help="seed of the workload and of beam search (default 0)")
-    p.add_argument("--jobs", type=int, default=-1, metavar="N",
+    p.add_argument("--jobs", type=jobs, default=-1, metavar="N",
                    help="worker processes (joblib); -1 = every CPU, 1 = no subprocess "
                         "(default -1)")
     p.add_argument("--quiet", action="store_true",
@@ -88,17 +96,56 @@ def experiment(args: argparse.Namespace, workload: str | None = None,
         block_size=args.block_size, preemption=args.preemption or preemption,
         swap_bytes=args.swap_gb,
     )
-    if workload not in WORKLOAD_NAMES:
-        for flag, value in (("--rate", args.rate), ("--num-requests", args.num_requests)):
-            if value is not None:
-                raise ValueError(f"{flag} does not apply to a trace ({workload}): its rows "
-                                 "give the requests and their arrival times")
     if args.rate is not None or rate is not None:
         fields["rate_per_s"] = args.rate if args.rate is not None else rate
     if args.num_requests is not None or num_requests is not None:
         fields["num_requests"] = (args.num_requests if args.num_requests is not None
                                   else num_requests)
-    return Experiment(**fields)
+    exp = Experiment(**fields)  # first: is --workload a name or a file at all?
+    if workload not in WORKLOAD_NAMES:
+        for flag, value in (("--rate", args.rate), ("--num-requests", args.num_requests)):
+            if value is not None:
+                raise ValueError(f"{flag} does not apply to a trace ({workload}): its rows "
+                                 "give the requests and their arrival times")
+        _check_trace(exp)
+    return exp
+
+
+def _check_trace(exp: Experiment) -> None:
+    """Read the trace once now, so a bad file fails before any simulation (the runs read
+    it again in their worker processes)."""
+    try:
+        exp.requests()
+    except (ValueError, OSError, csv.Error) as exc:  # UnicodeDecodeError is a ValueError
+        # The trace reader's messages name the file (and the line); OSError's too.
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        raise CliError(f"argument --workload: {message}") from None
+
+
+def _check_schemes(names: Sequence[str]) -> tuple[str, ...]:
+    """``--schemes`` checked before any work, so a typo fails at once and is named."""
+    from ..experiments import check_schemes
+
+    try:
+        return check_schemes(names)
+    except ValueError as exc:
+        raise CliError(f"argument --schemes: {exc}") from None
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    """``--out`` must be a folder this process can create or write in; checked before the
+    run, so a typo does not cost a whole simulation."""
+    if getattr(args, "no_write", False):
+        return
+    # Paths are shown whole (not cut short like other values): a path is what the user
+    # needs to see to find the file in the way.
+    path = Path(args.out).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        what = "exists" if existing == path else f"is under the file {str(existing)!r}"
+        raise CliError(f"argument --out: {args.out!r} {what} and is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CliError(f"argument --out: cannot write in {str(existing)!r}")
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -139,11 +186,11 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--part", choices=("saturated", "all"), default="saturated",
                    help="shares over the saturated steps (requests waiting; the default, as "
                         "the paper's Figure 2) or the whole run")
-    p.add_argument("--out", default="figures", metavar="DIR",
+    p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder for compare_summary.csv, compare_steps.csv and PNGs "
                         "(default figures/)")
     p.add_argument("--no-write", action="store_true", help="write no file")
-    p.add_argument("--max-step-rows", type=int, default=1000, metavar="N",
+    p.add_argument("--max-step-rows", type=whole, default=1000, metavar="N",
                    help="per-step CSV: keep every k-th step so at most N rows per scheme "
                         "remain (0 = every step; default 1000)")
     p.add_argument("--json", action="store_true",
@@ -154,12 +201,13 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from ..experiments import check_schemes, compare, compare_table, json_rows, write_compare
+    from ..experiments import compare, compare_table, json_rows, write_compare
 
     if args.max_step_rows < 0:
         raise ValueError(f"--max-step-rows must be >= 0, got {args.max_step_rows}")
-    schemes = check_schemes(args.schemes)  # before any work, so a typo fails at once
+    schemes = _check_schemes(args.schemes)
     exp = experiment(args)
+    _check_out(args)
     cmp = compare(exp, schemes, jobs=args.jobs, progress=_progress(args),
                   keep_steps=not args.no_write, part=args.part)
     if args.json:
@@ -193,29 +241,54 @@ def add_sweep(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("name", choices=[*SWEEPS, "all"], metavar="SWEEP", nargs="?",
-                   default="all", help=f"which sweep: {names} or all (the default)")
+                   default=None, help=f"which sweep: {names}, or all of them")
     add_experiment_options(p, None, None)
-    p.add_argument("--values", type=csv_list(float), default=None, metavar="LIST",
+    p.add_argument("--values", type=csv_list(finite), default=None, metavar="LIST",
                    help="comma-separated values to sweep (block sizes, rates, or n = beam "
                         "widths for sharing); default: the sweep's own")
     p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",
                    help="schemes of the rate sweep (default the four of compare)")
-    p.add_argument("--out", default="figures", metavar="DIR",
+    p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder for sweep_<name>.csv and PNGs (default figures/)")
     p.add_argument("--no-write", action="store_true", help="write no file")
     p.set_defaults(run=run_sweep)
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from ..experiments import SWEEPS, sweep_table, write_sweep
-    from ..experiments import run_sweep as run_one
+    from ..experiments import (
+        SWEEPS,
+        check_values,
+        run_sweep_on,
+        sweep_base,
+        sweep_table,
+        write_sweep,
+    )
 
+    if args.name is None:
+        raise CliError(f"missing sweep, choose one of: {', '.join(SWEEPS)}, all "
+                       "(see 'pagedsim sweep --help')")
     names = list(SWEEPS) if args.name == "all" else [args.name]
     if args.values is not None and len(names) > 1:
-        raise ValueError("--values needs one sweep, not all")
+        raise CliError("argument --values: needs one sweep, not all")
+    if args.schemes is not None:
+        if names != ["rate"]:
+            raise CliError(f"argument --schemes: applies to the rate sweep, not {args.name}")
+        _check_schemes(args.schemes)
+    # Every check before the first run: a sweep that would fail must not cost the others.
+    plans = []
     for name in names:
-        df = run_one(name, lambda **kw: experiment(args, **kw), values=args.values,
-                     schemes=args.schemes, jobs=args.jobs, progress=_progress(args))
+        exp = sweep_base(name, lambda **kw: experiment(args, **kw))
+        values = None
+        if args.values is not None:
+            try:
+                values = check_values(name, args.values, exp)
+            except ValueError as exc:
+                raise CliError(f"argument --values: {exc}") from None
+        plans.append((name, exp, values))
+    _check_out(args)
+    for name, exp, values in plans:
+        df = run_sweep_on(name, exp, values=values, schemes=args.schemes, jobs=args.jobs,
+                          progress=_progress(args))
         print(sweep_table(name, df))
         print()
         if not args.no_write:
@@ -236,9 +309,9 @@ def add_figures(subparsers: argparse._SubParsersAction) -> None:
             "(deterministic: same code, same files) to --out."
         ),
     )
-    p.add_argument("--out", default="figures", metavar="DIR",
+    p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder to write (default figures/)")
-    p.add_argument("--jobs", type=int, default=-1, metavar="N",
+    p.add_argument("--jobs", type=jobs, default=-1, metavar="N",
                    help="worker processes (joblib); -1 = every CPU (default -1)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no list of files written")
@@ -248,6 +321,7 @@ def add_figures(subparsers: argparse._SubParsersAction) -> None:
 def run_figures(args: argparse.Namespace) -> int:
     from ..experiments import make_figures
 
+    _check_out(args)
     paths = make_figures(args.out, jobs=args.jobs, progress=_progress(args),
                          log=None if args.quiet else sys.stderr)
     _report_written(args, paths)

@@ -31,6 +31,14 @@ except ImportError:  # pragma: no cover - the name-parsing pagedsim.schemes befo
 DEFAULT_RATE = 5.0
 #: Default number of requests per run.
 DEFAULT_NUM_REQUESTS = 2000
+#: Most requests one run may simulate. A run keeps every request (and its per-request
+#: record) in memory, and 10 million already take hours of simulation; more is a typo.
+MAX_NUM_REQUESTS = 10_000_000
+#: Most blocks (of ``block_size`` slots) a simulated KV pool may have: 2**26 = 67,108,864.
+#: The paged allocator keeps a Python list entry per block, so a bigger pool (e.g. from
+#: ``num_gpus=100000``) would take gigabytes before the first step. The largest preset
+#: pool, 8 x H200 with blocks of 16, has under 2**20 blocks.
+MAX_POOL_BLOCKS = 1 << 26
 #: Workload kinds the CLI accepts by name (anything else is a trace file path).
 WORKLOAD_NAMES = ("sharegpt", "alpaca")
 #: Which part of the run a compare table reports: saturated steps, or all of it.
@@ -76,15 +84,25 @@ class Experiment:
         get_model(self.model)  # unknown presets fail here, before any work
         get_gpu(self.gpu)
         check_int("num_requests", self.num_requests, minimum=1)
+        if self.num_requests > MAX_NUM_REQUESTS:
+            raise ValueError(f"num_requests must be <= {MAX_NUM_REQUESTS:,}, "
+                             f"got {self.num_requests:,}")
         check_int("seed", self.seed, minimum=0)
         check_int("n", self.n, minimum=1)
         check_int("beam_width", self.beam_width, minimum=1)
         check_int("block_size", self.block_size, minimum=1)
         check_int("swap_bytes", self.swap_bytes, minimum=0)
+        check_int("max_num_seqs", self.max_num_seqs, minimum=1)
         check_choice("preemption", self.preemption, PREEMPTION_MODES)
         if self.n > 1 and self.beam_width > 1:
             raise ValueError(f"n ({self.n}) and beam_width ({self.beam_width}) cannot both "
                              "exceed 1; choose parallel sampling or beam search")
+        # A request's samples (or beams) run together, so a group wider than the batch's
+        # sequence limit could never be scheduled; say so now rather than mid-run.
+        for name, width in (("n", self.n), ("beam_width", self.beam_width)):
+            if width > self.max_num_seqs:
+                raise ValueError(f"{name} must be <= max_num_seqs ({self.max_num_seqs}), "
+                                 f"got {width}")
         if isinstance(self.rate_per_s, bool) or not isinstance(self.rate_per_s, (int, float)):
             raise TypeError(f"rate must be a number, got {self.rate_per_s!r}")
         if math.isnan(self.rate_per_s) or self.rate_per_s <= 0:
@@ -93,6 +111,17 @@ class Experiment:
         if self.workload not in WORKLOAD_NAMES and not os.path.isfile(self.workload):
             raise ValueError(f"workload {self.workload!r} is neither one of "
                              f"{', '.join(WORKLOAD_NAMES)} nor an existing trace file")
+        self._check_pool()
+
+    def _check_pool(self) -> None:
+        """The KV pool must exist (kv_budget's checks) and be small enough to simulate."""
+        slots = self.capacity_slots()
+        num_blocks = slots // self.block_size
+        if num_blocks > MAX_POOL_BLOCKS:
+            raise ValueError(
+                f"num_gpus {self.num_gpus} x {self.gpu} with block_size {self.block_size} "
+                f"gives a KV pool of {num_blocks:,} blocks; at most {MAX_POOL_BLOCKS:,} "
+                "(2**26) are simulated: use fewer GPUs or larger blocks")
 
     @property
     def max_model_len(self) -> int:

@@ -17,7 +17,7 @@ from ..scheduler import PREEMPTION_MODES
 from ..schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
 from .runner import run_many
-from .spec import Experiment, check_schemes
+from .spec import WORKLOAD_NAMES, Experiment, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -52,11 +52,22 @@ def sweep_block_size(exp: Experiment, block_sizes: Sequence[int] = SWEEP_BLOCK_S
     return _frame(run_many(tasks, jobs, progress, "block sizes"))
 
 
+def _check_rate_workload(exp: Experiment) -> None:
+    """Refuse a trace for the rate sweep: its rows fix the arrival times, so every "rate"
+    would replay the same requests and give identical rows."""
+    if exp.workload not in WORKLOAD_NAMES:
+        raise ValueError(f"workload {exp.workload!r} is a trace, whose rows fix the arrival "
+                         f"times, so the rate sweep cannot vary them; use "
+                         f"{' or '.join(WORKLOAD_NAMES)}")
+
+
 def sweep_rate(exp: Experiment, rates: Sequence[float] = SWEEP_RATES,
                schemes: Sequence[str] = DEFAULT_SCHEMES, jobs: int | None = None,
                progress: bool | None = None) -> pd.DataFrame:
     """One run per (rate, scheme): mean batch size per scheme against the request rate
-    (the paper's Figure 13); the paper's batch at its rate is in ``paper_batch``."""
+    (the paper's Figure 13); the paper's batch at its rate is in ``paper_batch``.
+    ``exp``'s workload must be synthetic (a trace's rows fix the arrival times)."""
+    _check_rate_workload(exp)
     schemes = check_schemes(schemes)
     tasks = [(replace(exp, rate_per_s=float(r)), s) for r in rates for s in schemes]
     df = _frame(run_many(tasks, jobs, progress, "rates x schemes"))
@@ -126,13 +137,79 @@ SWEEP_PREEMPTION: dict[str, str] = {"block-size": "recompute", "rate": "recomput
                                     "sharing": "swap", "preemption": "recompute"}
 
 
-def _ints(name: str, values: Sequence[float]) -> list[int]:
+#: Largest block size a sweep takes (slots): 2**16, far above any preset's context of at
+#: most 8,192 tokens (a larger block could never fill), and small enough to report.
+MAX_SWEEP_BLOCK_SIZE = 1 << 16
+
+
+def sweep_base(name: str, make_experiment: Callable[..., Experiment]) -> Experiment:
+    """The base experiment of the sweep called ``name``: ``make_experiment(workload=...,
+    num_requests=..., rate=..., preemption=...)`` called with the sweep's defaults (the
+    CLI lets its flags override them). A trace's rows fix the arrival times, so the rate
+    sweep refuses one (it would run the same requests at every "rate")."""
+    check_choice("sweep", name, tuple(SWEEPS))
+    exp = make_experiment(workload=SWEEP_DEFAULT_WORKLOAD[name],
+                          num_requests=SWEEP_NUM_REQUESTS[name], rate=SWEEP_RATE[name],
+                          preemption=SWEEP_PREEMPTION[name])
+    if name == "rate":
+        _check_rate_workload(exp)
+    return exp
+
+
+def check_values(name: str, values: Sequence[float], exp: Experiment) -> list[Any]:
+    """The swept values of sweep ``name`` checked against its base experiment ``exp``:
+    rates (requests/s) > 0 as floats; block sizes (slots) or n / beam widths as ints from
+    1 up to :data:`MAX_SWEEP_BLOCK_SIZE` or ``exp.max_num_seqs``, each block size leaving
+    at least one block in the pool. Raises ``ValueError`` naming the first bad value."""
+    check_choice("sweep", name, tuple(SWEEPS))
+    if not values:
+        raise ValueError(f"sweep {name}: no values given")
+    if name == "rate":
+        for v in values:
+            if not v > 0:  # NaN fails too
+                raise ValueError(f"sweep rate: rates must be > 0 requests/s, got {v:g}")
+        return [float(v) for v in values]
+    if name == "sharing":
+        maximum, what = exp.max_num_seqs, "n / beam widths up to max_num_seqs"
+    else:
+        maximum, what = MAX_SWEEP_BLOCK_SIZE, "block sizes in slots"
     out = []
     for v in values:
-        if float(v) != int(v) or v < 1:
-            raise ValueError(f"sweep {name}: values must be whole numbers >= 1, got {v:g}")
+        # Compare as floats first: int() of an infinity raises, and of 1e300 makes a
+        # 301-digit number that would then be printed.
+        if not (math.isfinite(v) and 1 <= v <= maximum and v == int(v)):
+            raise ValueError(f"sweep {name}: values must be whole numbers from 1 to "
+                             f"{maximum:,} ({what}), got {v:g}")
         out.append(int(v))
+    if name != "sharing":
+        for b in out:
+            try:
+                replace(exp, block_size=b)
+            except ValueError as exc:
+                raise ValueError(f"sweep {name}: block size {b}: {exc}") from None
     return out
+
+
+def run_sweep_on(name: str, exp: Experiment, values: Sequence[float] | None = None,
+                 schemes: Sequence[str] | None = None, jobs: int | None = None,
+                 progress: bool | None = None) -> pd.DataFrame:
+    """Run the sweep called ``name`` on the base experiment ``exp`` (see
+    :func:`sweep_base`); ``values`` replaces the swept values (block sizes, rates, or the
+    n / beam widths; checked by :func:`check_values`), ``schemes`` the rate sweep's."""
+    check_choice("sweep", name, tuple(SWEEPS))
+    if schemes is not None and name != "rate":
+        raise ValueError(f"--schemes applies to the rate sweep, not {name}")
+    vals = check_values(name, values, exp) if values is not None else None
+    if name == "block-size":
+        return sweep_block_size(exp, vals or SWEEP_BLOCK_SIZES, jobs=jobs, progress=progress)
+    if name == "rate":
+        return sweep_rate(exp, vals or SWEEP_RATES, schemes or DEFAULT_SCHEMES, jobs=jobs,
+                          progress=progress)
+    if name == "sharing":
+        return sweep_sharing(exp, vals or SWEEP_NS, vals or SWEEP_BEAM_WIDTHS, jobs=jobs,
+                             progress=progress)
+    return sweep_preemption(exp, vals or SWEEP_PREEMPTION_BLOCK_SIZES, jobs=jobs,
+                            progress=progress)
 
 
 def run_sweep(name: str, make_experiment: Callable[..., Experiment],
@@ -141,27 +218,9 @@ def run_sweep(name: str, make_experiment: Callable[..., Experiment],
     """Run the sweep called ``name`` (a key of :data:`SWEEPS`).
 
     ``make_experiment(workload=..., num_requests=..., rate=..., preemption=...)`` builds
-    the base
-    experiment from the sweep's defaults (the CLI lets its flags override them);
-    ``values`` replaces the swept values (block sizes, rates, or the n / beam widths).
+    the base experiment from the sweep's defaults (:func:`sweep_base`; the CLI lets its
+    flags override them); ``values`` replaces the swept values (block sizes, rates, or
+    the n / beam widths).
     """
-    check_choice("sweep", name, tuple(SWEEPS))
-    exp = make_experiment(workload=SWEEP_DEFAULT_WORKLOAD[name],
-                          num_requests=SWEEP_NUM_REQUESTS[name], rate=SWEEP_RATE[name],
-                          preemption=SWEEP_PREEMPTION[name])
-    if schemes is not None and name != "rate":
-        raise ValueError(f"--schemes applies to the rate sweep, not {name}")
-    if name == "block-size":
-        vals = _ints(name, values) if values is not None else SWEEP_BLOCK_SIZES
-        return sweep_block_size(exp, vals, jobs=jobs, progress=progress)
-    if name == "rate":
-        if values is not None and any(not v > 0 for v in values):
-            raise ValueError(f"sweep rate: rates must be > 0, got {list(values)}")
-        vals = [float(v) for v in values] if values is not None else SWEEP_RATES
-        return sweep_rate(exp, vals, schemes or DEFAULT_SCHEMES, jobs=jobs, progress=progress)
-    if name == "sharing":
-        vals = _ints(name, values) if values is not None else None
-        return sweep_sharing(exp, vals or SWEEP_NS, vals or SWEEP_BEAM_WIDTHS, jobs=jobs,
-                             progress=progress)
-    vals = _ints(name, values) if values is not None else SWEEP_PREEMPTION_BLOCK_SIZES
-    return sweep_preemption(exp, vals, jobs=jobs, progress=progress)
+    return run_sweep_on(name, sweep_base(name, make_experiment), values, schemes, jobs,
+                        progress)
