@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from .allocators.base import Allocator
 from .allocators.contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .allocators.paged import PagedAllocator
+from .allocators.vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator
 from .specs import ModelSpec, get_model
 from .validate import check_int
 
@@ -179,3 +180,19 @@ for _r in RESERVATIONS:
             f"contiguous-{_r}-{_p}",
             f"one contiguous region per request ({_RESERVATION_WORDS[_r]}), {_p} placement",
             "contiguous", "arena", _contiguous(_r, _p)))
+
+
+def _vattention(page_bytes: int, name: str) -> Callable[[PoolSpec], Allocator]:
+    def build(pool: PoolSpec) -> VAttentionAllocator:
+        return VAttentionAllocator.for_model(pool.capacity_slots, pool.need_model(name),
+                                             page_bytes, pool.max_model_len,
+                                             pool.max_num_seqs)
+    return build
+
+
+for _suffix, _page_bytes in PAGE_BYTES_OPTIONS.items():
+    _name = f"vattention{_suffix}"
+    register(Scheme(
+        _name, f"vAttention: a virtual region per request, physical pages of "
+        f"{_page_bytes // 1024:,} KiB per layer and K/V tensor mapped on demand",
+        "vattention", "blocks", _vattention(_page_bytes, _name)))

@@ -1,9 +1,10 @@
-"""KV-cache allocators: contiguous regions and paged blocks, behind one
+"""KV-cache allocators: contiguous regions, paged blocks and vAttention pages, behind one
 narrow protocol (:class:`Allocator`)."""
 
 from .base import Allocator, AppendResult, KVCopy, SlotUsage, SwappedGroup
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .paged import PagedAllocator
+from .vattention import VAttentionAllocator
 
 __all__ = [
     "PLACEMENTS",
@@ -15,4 +16,5 @@ __all__ = [
     "PagedAllocator",
     "SlotUsage",
     "SwappedGroup",
+    "VAttentionAllocator",
 ]
