@@ -264,3 +264,21 @@ def test_in_subprocess(argv: list[str]) -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------------------
+# A closed pipe (`pagedsim schemes | head -1`) printed "error: [Errno 32] Broken pipe".
+
+
+def test_closed_pipe_is_quiet(monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    class ClosedPipe:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["schemes"]) == 1
+    assert capsys.readouterr().err == ""

@@ -168,8 +168,8 @@ def test_bad_out(capsys: pytest.CaptureFixture[str], no_simulation: None,
     _check(capsys, [*argv, "--out", out], "--out")
 
 
-@pytest.mark.parametrize("command", ["budget", "models", "gpus", "compare", "sweep",
-                                     "figures"])
+@pytest.mark.parametrize("command", ["budget", "models", "gpus", "schemes", "compare",
+                                     "sweep", "figures"])
 def test_unknown_flag(capsys: pytest.CaptureFixture[str], no_simulation: None,
                       command: str) -> None:
     _check(capsys, [*BASE.get(command, [command]), "--bogus"], "--bogus")

@@ -6,6 +6,7 @@ Commands:
   arithmetic): bytes per token, bytes per sequence, the pool, its blocks and token slots.
 - ``models``  the model presets (``pagedsim.MODELS``).
 - ``gpus``    the GPU presets (``pagedsim.GPUS``).
+- ``schemes`` the registered allocation schemes (``pagedsim.schemes.SCHEMES``).
 - ``compare`` one workload through every scheme: shares of the KV pool, batch size,
   throughput, beside the vLLM paper's Figure 2 / Figure 13 (:mod:`pagedsim.experiments`).
 - ``sweep``   block size, request rate, n / beam width, swap vs recompute.
@@ -15,7 +16,8 @@ Units: every "GB" in a flag or in the output is a binary gigabyte, 1 GiB = 2**30
 (as ``nvidia-smi`` and the vLLM paper's arithmetic count; see :mod:`pagedsim.units`).
 
 One module per group of commands: :mod:`~pagedsim.cli.presets` (budget, models, gpus),
-:mod:`~pagedsim.cli.simulate` (compare, sweep, figures); argument types in
+:mod:`~pagedsim.cli.schemes` (schemes), :mod:`~pagedsim.cli.simulate` (compare, sweep,
+figures); argument types in
 :mod:`~pagedsim.cli.argtypes`. Adding a command (keep the modules light: import heavy
 things inside ``run_<cmd>``, since ``import pagedsim.cli`` must never pull in torch, triton
 or matplotlib):
@@ -31,6 +33,7 @@ or matplotlib):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -38,6 +41,7 @@ from .. import __version__
 from ..errors import PagedSimError
 from .base import EXIT_USAGE, PROG, UNITS_NOTE, ArgumentParser, CliError, name_the_flag
 from .presets import add_budget, add_gpus, add_models
+from .schemes import add_schemes
 from .simulate import add_compare, add_figures, add_sweep
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "PROG", "UNITS_NOTE", "CliError", "build_parser", "main"]
@@ -47,6 +51,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_budget,
     add_models,
     add_gpus,
+    add_schemes,
     add_compare,
     add_sweep,
     add_figures,
@@ -88,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CliError(f"missing command, choose one of: {choices} (see '{PROG} --help')")
         command = parser.command_parsers[args.command]
         return int(args.run(args))
+    except BrokenPipeError:
+        # The reader went away (``pagedsim schemes | head -1``): stop quietly, as other
+        # command-line tools do, instead of reporting an error it did not make.
+        _silence_stdout()
+        return 1
     except (CliError, ValueError, TypeError, PagedSimError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         if command is not None and not isinstance(exc, CliError):
@@ -97,3 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what is still
+    buffered does not hit the closed pipe again (Python's documented recipe)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is no real file (tests)
+        pass

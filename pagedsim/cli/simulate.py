@@ -182,7 +182,7 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--schemes", type=csv_list(str), default=list(DEFAULT_SCHEMES),
                    metavar="LIST",
                    help=f"comma-separated schemes (default {','.join(DEFAULT_SCHEMES)}); "
-                        "contiguous-<max|pow2|oracle>[-first-fit|-best-fit|-buddy] or paged")
+                        "'pagedsim schemes' lists them all")
     p.add_argument("--part", choices=("saturated", "all"), default="saturated",
                    help="shares over the saturated steps (requests waiting; the default, as "
                         "the paper's Figure 2) or the whole run")
@@ -247,7 +247,8 @@ def add_sweep(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated values to sweep (block sizes, rates, or n = beam "
                         "widths for sharing); default: the sweep's own")
     p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",
-                   help="schemes of the rate sweep (default the four of compare)")
+                   help="schemes of the rate sweep (default the four of compare; "
+                        "'pagedsim schemes' lists them all)")
     p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder for sweep_<name>.csv and PNGs (default figures/)")
     p.add_argument("--no-write", action="store_true", help="write no file")

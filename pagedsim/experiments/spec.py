@@ -17,15 +17,11 @@ from ..accounting import CATEGORIES
 from ..budget import kv_budget
 from ..cost import CostModel
 from ..scheduler import PREEMPTION_MODES, SchedulerConfig
+from ..schemes import get_scheme
 from ..specs import get_gpu, get_model
 from ..units import GiB
 from ..validate import check_choice, check_int
 from ..workload import Request, WorkloadConfig, generate_workload
-
-try:  # the scheme registry (pagedsim.schemes.get_scheme), being written alongside this
-    from ..schemes import get_scheme as _lookup_scheme
-except ImportError:  # pragma: no cover - the name-parsing pagedsim.schemes before it
-    from ..schemes import parse_scheme as _lookup_scheme  # type: ignore[attr-defined,no-redef]
 
 #: Default Poisson arrival rate (requests/s); see :mod:`pagedsim.experiments` for why 5.
 DEFAULT_RATE = 5.0
@@ -183,7 +179,7 @@ def check_schemes(schemes: Sequence[str]) -> tuple[str, ...]:
     if not schemes:
         raise ValueError("no scheme given")
     for s in schemes:
-        _lookup_scheme(s)  # raises ValueError naming the bad name and the valid ones
+        get_scheme(s)  # raises ValueError naming the bad name and the valid ones
     dup = sorted({s for s in schemes if list(schemes).count(s) > 1})
     if dup:
         raise ValueError(f"scheme(s) given twice: {', '.join(dup)}")
