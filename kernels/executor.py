@@ -28,7 +28,7 @@ import torch
 from pagedsim.plan import StepPlan
 from pagedsim.scheduler import Scheduler
 
-from .kv_cache import KVCache
+from .kv_cache import KVCache, SwappedKV
 from .model import Decoder
 
 SeqId = Hashable
@@ -53,7 +53,7 @@ class RealExecutor:
         self.tokens: dict[SeqId, list[int]] = {}  # token ids whose K/V is in the cache
         self.pending: dict[SeqId, int] = {}  # sampled, K/V written by the next decode
         self.last_logits: dict[SeqId, torch.Tensor] = {}  # fp32 CPU [V]
-        self.swapped: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        self.swapped: dict[int, SwappedKV] = {}  # id(SwappedGroup) -> its CPU copy
         self._released: list[tuple[int, int]] = []  # (start_slot, num_slots)
         cache.allocator.on_release = self._on_release
         self.num_steps = 0
@@ -94,19 +94,7 @@ class RealExecutor:
         self.num_steps += 1
         # 1. Swap-outs: read the K/V out before the scrub (the blocks are already free).
         for group in plan.swap_outs:
-            src = self._slot_index([(c.src_slot, c.num_slots) for c in group.out_copies])
-            dst = torch.tensor([c.dst_slot + i for c in group.out_copies
-                                for i in range(c.num_slots)], dtype=torch.int64)
-            shape = (group.cpu_slots, cache.config.num_kv_heads, cache.config.head_dim)
-            ks, vs = [], []
-            for k_cache, v_cache in zip(cache.k_caches, cache.v_caches, strict=True):
-                k_cpu = torch.full(shape, float("nan"), dtype=cache.config.dtype)
-                v_cpu = torch.full(shape, float("nan"), dtype=cache.config.dtype)
-                k_cpu[dst] = self._flat(k_cache)[src].cpu()
-                v_cpu[dst] = self._flat(v_cache)[src].cpu()
-                ks.append(k_cpu)
-                vs.append(v_cpu)
-            self.swapped[id(group)] = (ks, vs)
+            self.swapped[id(group)] = cache.read_swapped(group)
         # 2. Scrub everything released since the last step.
         if self._released:
             idx = self._slot_index(self._released)
@@ -126,14 +114,7 @@ class RealExecutor:
         cache.run_copies(plan.cow_copies)
         # 5. Swap-ins: CPU buffers into the new slots.
         for group, copies in plan.swap_ins:
-            ks, vs = self.swapped.pop(id(group))
-            src = torch.tensor([c.src_slot + i for c in copies for i in range(c.num_slots)],
-                               dtype=torch.int64)
-            dst = self._slot_index([(c.dst_slot, c.num_slots) for c in copies])
-            for layer, (k_cache, v_cache) in enumerate(zip(cache.k_caches, cache.v_caches,
-                                                           strict=True)):
-                self._flat(k_cache)[dst] = ks[layer][src].to(k_cache.device)
-                self._flat(v_cache)[dst] = vs[layer][src].to(v_cache.device)
+            cache.write_swapped(self.swapped.pop(id(group)), copies)
         # 6. The model: prefills (new prompts, or prompt + generated tokens to recompute).
         if plan.prefills:
             seq_ids, token_lists = [], []
@@ -148,7 +129,7 @@ class RealExecutor:
                                          f"{item.num_tokens} tokens, executor has {len(toks)}")
                 seq_ids.append(item.seq_id)
                 token_lists.append(toks)
-            logits = self.decoder.prefill(cache, seq_ids, token_lists)  # [S, V]
+            logits = self.decoder.forward_prefill(cache, seq_ids, token_lists)  # [S, V]
             for seq_id, toks, row in zip(seq_ids, token_lists, logits, strict=True):
                 self.tokens[seq_id] = toks
                 self.last_logits[seq_id] = row
@@ -159,7 +140,7 @@ class RealExecutor:
             toks = [self.pending[s] for s in ids]
             slots = torch.tensor(plan.decode_slots, dtype=torch.int64,
                                  device=cache.config.device)
-            logits = self.decoder.decode(cache, ids, toks, slots=slots)  # [S, V]
+            logits = self.decoder.forward_decode(cache, ids, toks, slots)  # [S, V]
             for seq_id, tok, row in zip(ids, toks, logits, strict=True):
                 self.tokens[seq_id].append(tok)
                 self.last_logits[seq_id] = row

@@ -214,7 +214,13 @@ class KVCache:
     # ----------------------------------------------------------- swapping
     def swap_out(self, seq_ids: Sequence[SeqId]) -> SwappedKV:
         """Copy the sequences' K/V to CPU buffers and release their GPU memory."""
-        group = self.allocator.swap_out(seq_ids)
+        return self.read_swapped(self.allocator.swap_out(seq_ids))
+
+    def read_swapped(self, group: pagedsim.SwappedGroup) -> SwappedKV:
+        """The K/V a swap-out moves, read into CPU buffers (the one path for swap-out
+        copies: :meth:`swap_out` and the plan-driven executor both use it). The
+        allocator has already released the GPU slots; they must not have been
+        overwritten yet."""
         src, dst = _slot_runs(group.out_copies)
         shape = (group.cpu_slots, self.config.num_kv_heads, self.config.head_dim)
         pin = self.config.device != "cpu" and torch.cuda.is_available()
@@ -231,7 +237,11 @@ class KVCache:
 
     def swap_in(self, swapped: SwappedKV) -> None:
         """Bring swapped sequences back (to new slots); raises OutOfMemoryError if no room."""
-        copies = self.allocator.swap_in(swapped.group)
+        self.write_swapped(swapped, self.allocator.swap_in(swapped.group))
+
+    def write_swapped(self, swapped: SwappedKV, copies: Sequence[KVCopy]) -> None:
+        """Write a swapped group's CPU buffers into the GPU slots of ``copies`` (what the
+        allocator's ``swap_in`` returned); the one path for swap-in copies."""
         src, dst = _slot_runs(copies)
         for layer, (k_cache, v_cache) in enumerate(zip(self.k_caches, self.v_caches,
                                                        strict=True)):

@@ -213,21 +213,41 @@ class Decoder:
     def prefill(self, cache: KVCache, seq_ids: Sequence[SeqId],
                 token_ids: Sequence[Sequence[int]],
                 final_lens: Sequence[int | None] | None = None) -> torch.Tensor:
-        """Run whole prompts, write their K/V into the cache; fp32 ``[S, V]`` last-token logits.
-
-        A sequence not yet in the cache is added (``final_lens`` go to the allocator);
-        one already there (allocated by an executor) must hold exactly ``len(tokens)``.
-        """
+        """Self-driven: add new sequences to the cache (``final_lens`` go to the allocator),
+        then run :meth:`forward_prefill`; fp32 ``[S, V]`` last-token logits."""
         self.check_cache(cache)
         if len(seq_ids) != len(token_ids):
             raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} prompts")
         final_lens = final_lens or [None] * len(seq_ids)
-        for seq_id, tokens, final in zip(seq_ids, token_ids, final_lens, strict=True):
+        for seq_id, tokens in zip(seq_ids, token_ids, strict=True):
             if not tokens:
                 raise ValueError(f"sequence {seq_id!r}: empty prompt")
-            if seq_id not in cache:
+            if seq_id in cache:
+                raise ValueError(f"sequence {seq_id!r} is already in the cache "
+                                 "(forward_prefill runs sequences allocated elsewhere)")
+        added: list[SeqId] = []
+        try:  # all or nothing: a failure frees what this call added
+            for seq_id, tokens, final in zip(seq_ids, token_ids, final_lens, strict=True):
                 cache.add(seq_id, len(tokens), final)
-            elif cache.seq_len(seq_id) != len(tokens):
+                added.append(seq_id)
+            return self.forward_prefill(cache, seq_ids, token_ids)
+        except Exception:
+            for seq_id in reversed(added):
+                cache.free(seq_id)
+            raise
+
+    def forward_prefill(self, cache: KVCache, seq_ids: Sequence[SeqId],
+                        token_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Plan-driven: run whole prompts of sequences the allocator already holds (each
+        exactly ``len(tokens)`` slots) and write their K/V; fp32 ``[S, V]`` logits of
+        each prompt's last token. Nothing here touches the allocator."""
+        self.check_cache(cache)
+        if len(seq_ids) != len(token_ids):
+            raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} prompts")
+        for seq_id, tokens in zip(seq_ids, token_ids, strict=True):
+            if not tokens:
+                raise ValueError(f"sequence {seq_id!r}: empty prompt")
+            if cache.seq_len(seq_id) != len(tokens):
                 raise ValueError(f"sequence {seq_id!r} holds {cache.seq_len(seq_id)} slots, "
                                  f"prompt has {len(tokens)} tokens")
         lens = [len(t) for t in token_ids]
@@ -253,19 +273,23 @@ class Decoder:
         return out.transpose(0, 1)
 
     def decode(self, cache: KVCache, seq_ids: Sequence[SeqId],
-               token_ids: Sequence[int], slots: torch.Tensor | None = None) -> torch.Tensor:
-        """Feed one new token per sequence; fp32 CPU ``[S, V]`` logits for the next one.
-
-        ``slots`` (int64 ``[S]``): where the new tokens go when an executor has already
-        appended them through the allocator (and run their copy-on-write copies), as
-        :class:`kernels.executor.RealExecutor` does; by default they are appended here.
-        """
+               token_ids: Sequence[int]) -> torch.Tensor:
+        """Self-driven: append one slot per sequence (copy-on-write done first, all or
+        nothing), then :meth:`forward_decode`; fp32 CPU ``[S, V]`` next-token logits."""
         self.check_cache(cache)
         if len(seq_ids) != len(token_ids):
             raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} tokens")
-        if slots is None:
-            slots = cache.append_slots(seq_ids)  # [S]; copy-on-write done before any write
-        elif slots.shape != (len(seq_ids),):
+        return self.forward_decode(cache, seq_ids, token_ids, cache.append_slots(seq_ids))
+
+    def forward_decode(self, cache: KVCache, seq_ids: Sequence[SeqId],
+                       token_ids: Sequence[int], slots: torch.Tensor) -> torch.Tensor:
+        """Plan-driven: feed one new token per sequence into ``slots`` (int64 ``[S]``),
+        which the allocator already appended (and whose copy-on-write copies already ran,
+        as :class:`kernels.executor.RealExecutor` does); fp32 CPU ``[S, V]`` logits."""
+        self.check_cache(cache)
+        if len(seq_ids) != len(token_ids):
+            raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} tokens")
+        if slots.shape != (len(seq_ids),):
             raise ValueError(f"slots must have shape ({len(seq_ids)},), got {tuple(slots.shape)}")
         block_tables, seq_lens = cache.attention_metadata(seq_ids)
         positions = (seq_lens - 1).long()  # [S] the new token's position

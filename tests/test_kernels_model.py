@@ -108,12 +108,22 @@ def test_step_api_batches_sequences_of_different_lengths(model) -> None:
     torch.testing.assert_close(logits[0], dense[-1], rtol=1e-4, atol=1e-4)
 
 
-def test_prefill_accepts_sequences_the_executor_allocated(model) -> None:
+def test_forward_prefill_runs_sequences_the_executor_allocated(model) -> None:
     cache = model.make_cache(num_blocks=8, block_size=BLOCK_SIZE)
     cache.add("x", 3, final_len=10)
-    model.prefill(cache, ["x"], [[4, 5, 6]])
+    model.forward_prefill(cache, ["x"], [[4, 5, 6]])
     with pytest.raises(ValueError, match="holds 3 slots"):
-        model.prefill(cache, ["x"], [[4, 5, 6, 7]])
+        model.forward_prefill(cache, ["x"], [[4, 5, 6, 7]])
+    with pytest.raises(ValueError, match="already in the cache"):  # prefill drives itself
+        model.prefill(cache, ["x"], [[4, 5, 6]])
+
+
+def test_failed_prefill_leaves_the_cache_as_it_was(model) -> None:
+    cache = model.make_cache(num_blocks=8, block_size=BLOCK_SIZE)
+    before = cache.allocator.snapshot()
+    with pytest.raises(ValueError):  # the second prompt's token is out of the vocabulary
+        model.prefill(cache, ["a", "b"], [[1, 2], [model.config.vocab_size]])
+    assert cache.allocator.snapshot() == before
 
 
 def test_cache_must_fit_the_model(model) -> None:
