@@ -145,8 +145,9 @@ class RealExecutor:
                 self.tokens[seq_id].append(tok)
                 self.last_logits[seq_id] = row
                 self.pending[seq_id] = self._sample(row)
-        # Forget finished requests' sequences (their memory is freed next step).
-        for rid in plan.finished:
+        # Forget finished requests' sequences (their memory is freed next step) and
+        # rejected ones' (already freed by the scheduler).
+        for rid in (*plan.finished, *plan.rejected):
             for seq_id in scheduler.groups[rid].seq_ids:
                 self.tokens.pop(seq_id, None)
                 self.pending.pop(seq_id, None)

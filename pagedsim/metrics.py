@@ -149,7 +149,7 @@ def summarize(result: SimResult, steps: pd.DataFrame | None = None
     generated = int((reqs["num_output"].to_numpy() * width).sum())
     out["throughput_tokens_per_s"] = generated / makespan if makespan > 0 else math.nan
     out["requests_per_s"] = len(reqs) / makespan if makespan > 0 else math.nan
-    lat = reqs["normalized_latency_s"].to_numpy(dtype=float)
+    lat = reqs["normalized_latency_s"].dropna().to_numpy(dtype=float)  # rejected: no latency
     out["p50_normalized_latency_s"] = float(np.percentile(lat, 50)) if len(lat) else math.nan
     out["p90_normalized_latency_s"] = float(np.percentile(lat, 90)) if len(lat) else math.nan
     out["sharing_saving"] = sharing_saving(steps)
@@ -161,6 +161,8 @@ def summarize(result: SimResult, steps: pd.DataFrame | None = None
     out["num_steps"] = int(len(steps))
     out["makespan_s"] = makespan
     out["sim_time_s"] = end_s
+    out["rejected"] = len(result.rejections)
+    out["first_rejection"] = result.rejections[0][1] if result.rejections else ""
     return out
 
 

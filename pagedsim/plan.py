@@ -40,7 +40,7 @@ class SequenceGroup:
     request: Request
     seq_ids: list[SeqId]
     num_output: int = 0  # tokens sampled so far (the request's output length when done)
-    status: str = "waiting"  # waiting | running | swapped | finished
+    status: str = "waiting"  # waiting | running | swapped | finished | rejected
     swapped: SwappedGroup | None = None
     pending_frees: list[SeqId] = field(default_factory=list)  # applied at the next step
     pending_forks: list[tuple[SeqId, SeqId]] = field(default_factory=list)
@@ -48,6 +48,7 @@ class SequenceGroup:
     first_token_s: float | None = None
     finish_s: float | None = None
     num_preemptions: int = 0
+    reject_reason: str | None = None  # why the request can never run (status "rejected")
 
     @property
     def width(self) -> int:
@@ -94,6 +95,7 @@ class StepPlan:
     decode_request_ids: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)  # request ids preempted this step
     finished: list[int] = field(default_factory=list)  # request ids done after this step
+    rejected: list[int] = field(default_factory=list)  # request ids that can never run
     # Totals for the cost model (kept here so the executor needs no other state).
     num_prefill_tokens: int = 0
     kv_tokens_read: int = 0  # context tokens the decodes attend over

@@ -29,9 +29,16 @@ probability proportional to ``decay ** i`` (beam 0 is the best so far). Parents 
 several survivors are forked, parents with none are dropped.
 
 Preempting a group of several sequences swaps it even in ``recompute`` mode, as vLLM
-v0 does, when the CPU pool has room: recomputation re-prefills each sequence's prompt
-and generated tokens separately, so the group's sharing would be lost. Without room
-(e.g. ``cpu_swap_slots=0``) it is recomputed anyway, at the cost of that sharing.
+v0 does, when the CPU pool has room: recomputing each sequence's prompt and generated
+tokens separately would lose the group's sharing. Without room (e.g.
+``cpu_swap_slots=0``) the group restarts instead: its sequences are dropped, and it is
+admitted again like a new request (the prompt prefilled once, the samples or beams
+forked again), so it regains its sharing and its outputs are generated again.
+
+A request that can never run is rejected, with a reason the run reports
+(``SequenceGroup.reject_reason``, ``StepPlan.rejected``): one wider than
+``max_num_seqs``, one that does not fit the pool while nothing else holds memory, and
+one that outgrows the whole pool while running alone. Nothing else is ever dropped.
 """
 
 from __future__ import annotations
@@ -114,6 +121,7 @@ class Scheduler:
         self._to_free: list[SeqId] = []  # released at the start of the next step
         self._children: dict[int, list[SeqId]] = {}  # request id -> samples to fork
         self.num_preemptions = 0
+        self.num_rejected = 0
         self.num_swaps_out = 0
         self.num_swaps_in = 0
         self.num_cow_copies = 0
@@ -177,6 +185,9 @@ class Scheduler:
         while queue:
             group = queue.popleft()
             while not alloc.can_append_all(group.seq_ids):
+                if not queue and not self.running:  # alone, and still no room: never will be
+                    self._reject(group, plan, self._outgrows_reason(group))
+                    break
                 victim = queue.pop() if queue else group
                 self._preempt(victim, plan)
                 victims.append(victim)
@@ -199,8 +210,6 @@ class Scheduler:
             if victim.status == "waiting":
                 self.waiting.appendleft(victim)
 
-        if plan.is_empty and not self.running and not self.swapped and self.waiting:
-            self._check_can_ever_run(self.waiting[0])
 
         # 5. Count the sampled tokens and decide what the next step does.
         self._after_sampling(plan, now_s)
@@ -294,6 +303,11 @@ class Scheduler:
                 self.allocator.free(seq_id)
             plan.frees.extend(group.seq_ids)
             group.status = "waiting"
+            if len(group.seq_ids) > 1:  # restart: prefill once and fork again (sharing back)
+                group.seq_ids = [self._new_seq_id()]
+                group.num_output = 0
+                group.pending_forks = []
+                group.pending_frees = []
 
     def _can_swap_in(self, group: SequenceGroup) -> bool:
         assert group.swapped is not None
@@ -325,6 +339,11 @@ class Scheduler:
             width = len(group.seq_ids) if recompute else group.width
             num_tokens = group.request.prompt_len + group.num_output
             prefill_tokens = num_tokens * (len(group.seq_ids) if recompute else 1)
+            if width > cfg.max_num_seqs:
+                self._reject(self.waiting.popleft(), plan,
+                             f"it runs {width} sequences at once, more than max_num_seqs "
+                             f"({cfg.max_num_seqs})")
+                continue
             if num_seqs + width > cfg.max_num_seqs:
                 break
             # A prefill larger than the whole token budget (a long prompt, or a preempted
@@ -333,7 +352,14 @@ class Scheduler:
             if prefill_tokens > budget and not alone:
                 break
             if not self._allocate_group(group, num_tokens, recompute):
-                break
+                if self.allocator.num_seqs or self.running:
+                    break  # memory will be released: wait
+                # Nothing else holds memory. The watermark keeps room for running requests'
+                # growth; with none running it must not keep a request out for good.
+                if not self._allocate_group(group, num_tokens, recompute, watermark=0.0):
+                    self._reject(self.waiting.popleft(), plan,
+                                 self._no_fit_reason(group, num_tokens, recompute))
+                    continue
             self.waiting.popleft()
             group.status = "running"
             if group.first_scheduled_s is None:
@@ -348,31 +374,58 @@ class Scheduler:
             num_seqs += width
             budget -= prefill_tokens
 
-    def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool) -> bool:
+    def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool,
+                        watermark: float | None = None) -> bool:
         """All the memory the group needs now, or nothing (returns False).
 
         A recomputed group re-prefills every sequence; a new one prefills its first
         sequence and names the samples it will fork after the first token, so that the
         allocator can hold room for them if its scheme needs any.
         """
+        watermark = self.config.watermark if watermark is None else watermark
         if recompute:
             return self.allocator.allocate_group(group.seq_ids, num_tokens, group.kv_final_len,
-                                                 watermark=self.config.watermark)
+                                                 watermark=watermark)
         # The children's ids are only taken when the admission succeeds.
         children = [self._next_seq + 1 + i for i in range(group.width - 1)]
         if not self.allocator.allocate_group(group.seq_ids[:1], num_tokens, group.kv_final_len,
-                                             children, self.config.watermark):
+                                             children, watermark):
             return False
         self._next_seq += len(children)
         self._children[group.request.request_id] = children
         return True
 
-    def _check_can_ever_run(self, group: SequenceGroup) -> None:
-        """Nothing runs and the head of the queue still cannot start: it never will."""
-        if self.allocator.num_seqs == 0:
-            r = group.request
-            raise ValueError(
-                f"request {r.request_id} (prompt {r.prompt_len} + output {r.output_len} "
-                f"tokens, width {group.width}) can never be scheduled: it does not fit an "
-                f"empty pool of {self.allocator.capacity_slots} slots under these limits"
-            )
+    # --------------------------------------------------------------- rejection
+    def _reject(self, group: SequenceGroup, plan: StepPlan, reason: str) -> None:
+        """The request can never run: release what it holds and say why."""
+        rid = group.request.request_id
+        held = [c for c in self._children.pop(rid, []) if c in self.allocator]
+        owned = [s for s in group.seq_ids if s in self.allocator] + held
+        for seq_id in owned:
+            self.allocator.free(seq_id)
+        plan.frees.extend(owned)
+        group.status = "rejected"
+        group.reject_reason = reason
+        group.pending_forks, group.pending_frees = [], []
+        plan.rejected.append(rid)
+        self.num_rejected += 1
+
+    def _describe(self, group: SequenceGroup) -> str:
+        r = group.request
+        return (f"request {r.request_id} (prompt {r.prompt_len} + output {r.output_len} "
+                f"tokens, width {group.width})")
+
+    def _no_fit_reason(self, group: SequenceGroup, num_tokens: int, recompute: bool) -> str:
+        per_seq = self.allocator.slots_needed(num_tokens, group.kv_final_len)
+        many = (f"; it starts {len(group.seq_ids)} sequences" if recompute
+                else f" (and room for {group.width - 1} forks, in schemes that cannot share)"
+                if group.width > 1 else "")
+        return (f"{self._describe(group)} does not fit the empty pool of "
+                f"{self.allocator.capacity_slots:,} slots: this scheme takes {per_seq:,} "
+                f"slots for one sequence of {num_tokens} tokens at admission{many}")
+
+    def _outgrows_reason(self, group: SequenceGroup) -> str:
+        used = self.allocator.capacity_slots - self.allocator.num_free_slots
+        return (f"{self._describe(group)} outgrows the whole pool of "
+                f"{self.allocator.capacity_slots:,} slots while running alone (it held "
+                f"{used:,} slots after {group.num_output} output tokens)")

@@ -42,6 +42,8 @@ class SimResult:
     num_preemptions: int = 0
     num_swaps_out: int = 0
     num_cow_copies: int = 0
+    #: Requests that can never run, with the scheduler's reason: ``(request_id, reason)``.
+    rejections: list[tuple[int, str]] = field(default_factory=list)
 
     def steps(self):
         """Per-step records as a pandas DataFrame (slot columns in token slots)."""
@@ -110,14 +112,17 @@ def simulate(
             continue
         plan = sched.schedule(now)
         if plan.is_empty:  # nothing ran: memory was only released, or all must wait
-            stalls += 1
+            stalls = 0 if plan.rejected else stalls + 1  # a rejection is progress too
             if not (plan.frees or plan.preempted) and i < n:
                 now = max(now, reqs[i].arrival_s)  # idle until the next arrival
-            elif stalls > 3:
+            elif stalls > 3:  # a scheduler bug: every request runs or is rejected
                 raise RuntimeError(
                     f"simulation stalled at step {plan.step}: {len(sched.waiting)} waiting, "
-                    f"{len(sched.swapped)} swapped, nothing can run"
+                    f"{len(sched.swapped)} swapped, {len(sched.running)} running, "
+                    "nothing can run"
                 )
+            if bar is not None and plan.rejected:
+                bar.update(len(plan.rejected))
             continue
         stalls = 0
         acct = account(allocator, sched.next_need_slots())
@@ -137,8 +142,8 @@ def simulate(
         now += dt
         for rid in plan.finished:
             sched.groups[rid].finish_s = now
-        if bar is not None and plan.finished:
-            bar.update(len(plan.finished))
+        if bar is not None and (plan.finished or plan.rejected):
+            bar.update(len(plan.finished) + len(plan.rejected))
     if bar is not None:
         bar.close()
     for g in sched.groups.values():
@@ -147,6 +152,8 @@ def simulate(
             r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.n, r.beam_width,
             g.first_scheduled_s, g.first_token_s, g.finish_s, g.num_output, g.num_preemptions,
         ))  # fmt: skip
+    result.rejections = [(g.request.request_id, g.reject_reason) for g in sched.groups.values()
+                         if g.reject_reason is not None]
     result.num_preemptions = sched.num_preemptions
     result.num_swaps_out = sched.num_swaps_out
     cow = STEP_COLUMNS.index("cow_copies")

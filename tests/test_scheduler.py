@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -130,10 +129,14 @@ def test_preemption_recompute_requeues_newest_first():
     assert all(g.num_output == 12 for g in sched.groups.values())
 
 
-def test_request_that_can_never_fit_is_a_clear_error():
+def test_request_that_can_never_fit_is_rejected_with_a_reason():
+    """It used to abort the whole run; now it is rejected and the others still run."""
     alloc = PagedAllocator(2, 4)
-    with pytest.raises(ValueError, match="request 0 .*can never be scheduled"):
-        simulate([Request(0, 0.0, prompt_len=20, output_len=1)], alloc, COST, progress=False)
+    reqs = [Request(0, 0.0, prompt_len=20, output_len=1), Request(1, 0.0, 3, 2)]
+    result = simulate(reqs, alloc, COST, progress=False)
+    (rid, reason), = result.rejections
+    assert rid == 0 and "does not fit the empty pool of 8 slots" in reason
+    assert {row[0]: row[9] for row in result.request_rows}[1] == 2
 
 
 def test_recomputed_group_larger_than_the_token_budget_still_runs():

@@ -58,6 +58,18 @@ class SwappedGroup:
     out_copies: list[KVCopy]
     # allocator-specific state needed to rebuild the sequences on swap-in
     state: dict = field(default_factory=dict, repr=False)
+    owner: object = field(default=None, repr=False, compare=False)  # the allocator's token
+    swapped_in: bool = False  # a group comes back once; after that it is stale
+
+    def check_can_return_to(self, owner: object) -> None:
+        """Raise ``ValueError`` unless this group may be swapped into the allocator whose
+        token is ``owner``: it must come from there and not have come back already."""
+        if self.owner is not owner:
+            raise ValueError(f"swapped group {self.seq_ids!r} was swapped out of another "
+                             "allocator")
+        if self.swapped_in:
+            raise ValueError(f"swapped group {self.seq_ids!r} was already swapped in "
+                             "(a stale group cannot come back twice)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,6 +77,7 @@ class ContiguousAllocator:
         # Children whose regions are held (empty) from their request's admission, so that
         # forking them later cannot fail; ``fork`` fills them.
         self._held: set[SeqId] = set()
+        self._swap_token = object()  # marks the groups this allocator swapped out
         #: Called as ``on_release(start_slot, num_slots)`` for every region given back,
         #: so a real cache can scrub it (see ``kernels.executor``).
         self.on_release: Callable[[int, int], None] | None = None
@@ -272,7 +273,7 @@ class ContiguousAllocator:
             offset += r.num_tokens
         for s in seq_ids:
             self.free(s)
-        return SwappedGroup(seq_ids, offset, out, {"meta": meta})
+        return SwappedGroup(seq_ids, offset, out, {"meta": meta}, owner=self._swap_token)
 
     def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
         """CPU slots a swap-out would take: every sequence's tokens (nothing is shared)."""
@@ -291,6 +292,7 @@ class ContiguousAllocator:
 
     def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
         """Whether every region of the group can be placed (no watermark, as admission)."""
+        group.check_can_return_to(self._swap_token)
         starts = self._try_place_all([m[0] for m in group.state["meta"]])
         if starts is None:
             return False
@@ -299,6 +301,8 @@ class ContiguousAllocator:
         return True
 
     def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
+        """Place every region of the group again (all or nothing); copies CPU -> GPU."""
+        group.check_can_return_to(self._swap_token)
         clash = [s for s in group.seq_ids if s in self._regions]
         if clash:
             raise ValueError(f"sequence ids {clash!r} already exist")
@@ -313,6 +317,7 @@ class ContiguousAllocator:
             self._regions[seq_id] = _Region(start, size, n, final)
             if n:
                 copies.append(KVCopy(offset, start, n))
+        group.swapped_in = True
         return copies
 
     # ------------------------------------------------------------- accounting

@@ -54,6 +54,7 @@ class PagedAllocator:
         #: Called as ``on_release(start_slot, num_slots)`` for every block that returns to
         #: the free list, so a real cache can scrub it (see ``kernels.executor``).
         self.on_release: Callable[[int, int], None] | None = None
+        self._swap_token = object()  # marks the groups this allocator swapped out
 
     # ----------------------------------------------------------------- queries
     @property
@@ -120,6 +121,8 @@ class PagedAllocator:
 
     def blocks_needed(self, num_tokens: int) -> int:
         """Blocks a ``num_tokens``-token prompt occupies."""
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = check_int("num_tokens", num_tokens, minimum=0)
         return -(-num_tokens // self.block_size)
 
     def slots_needed(self, num_tokens: int, final_len: int | None = None) -> int:
@@ -319,6 +322,7 @@ class PagedAllocator:
             cpu_slots=len(local) * bs,
             out_copies=out,
             state={"tables": tables, "meta": meta, "num_blocks": len(local)},
+            owner=self._swap_token,
         )
 
     def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
@@ -328,11 +332,13 @@ class PagedAllocator:
 
     def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
         """Whether the group's blocks fit and leave ``watermark`` of the blocks free."""
+        group.check_can_return_to(self._swap_token)
         need = group.state["num_blocks"]
         return len(self._free) - need >= self.watermark_blocks(watermark)
 
     def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
         """Bring a swapped group back into fresh blocks (all or nothing)."""
+        group.check_can_return_to(self._swap_token)
         n = group.state["num_blocks"]
         clash = [s for s in group.seq_ids if s in self._seqs]
         if clash:
@@ -351,6 +357,7 @@ class PagedAllocator:
                     self._num_shared_blocks += 1
             self._seqs[seq_id] = _Seq(phys, num_tokens, final_len)
             self._num_logical_blocks += len(phys)
+        group.swapped_in = True
         bs = self.block_size
         return [KVCopy(i * bs, b * bs, bs) for i, b in enumerate(new_blocks)]
 

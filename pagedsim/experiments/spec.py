@@ -41,7 +41,7 @@ WORKLOAD_NAMES = ("sharegpt", "alpaca")
 PARTS = ("saturated", "all")
 #: Keys of one ``--json`` row of ``pagedsim compare`` (more may follow them).
 JSON_KEYS = ("scheme", *CATEGORIES, "mean_batch_size", "throughput_tokens_per_s",
-             "preemptions")
+             "preemptions", "rejected", "first_rejection")
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,18 @@ def compare_table(cmp: Comparison) -> str:
                      f"{FIGURE13_RATE[workload]:g} req/s)")
     if (df["part"] != cmp.part).any():
         lines.append("* never saturated (no request ever waited): shares over the whole run")
+    lines.extend(rejection_lines(cmp.summary))
     return "\n".join(lines)
+
+
+def rejection_lines(summary: pd.DataFrame) -> list[str]:
+    """One line per scheme that rejected requests (they can never run), with the first
+    reason; nothing when every request ran."""
+    if "rejected" not in summary:
+        return []
+    return [f"{r['scheme']}: {r['rejected']:,} of {r['num_requests']:,} requests rejected, "
+            f"e.g. {r['first_rejection']}"
+            for r in summary.to_dict("records") if r["rejected"]]
 
 
 #: Columns each sweep's table prints (after the swept ones).
