@@ -179,38 +179,39 @@ def test_empty_workload(capsys: pytest.CaptureFixture[str], no_simulation: None,
 
 
 # --------------------------------------------------------------------------------------
-# sweep rate on a trace gave identical rows for every rate.
+# sweep rate on a trace gave identical rows for every rate. It was refused; now each rate
+# rescales the trace's arrivals (tests/test_trace_flags.py), and a trace that cannot be
+# rescaled (a single request has no gap) fails before any run, naming the rates.
 
 
 @pytest.fixture
 def trace(tmp_path: Path) -> Path:
     path = tmp_path / "t.csv"
-    path.write_text("arrival_s,prompt_len,output_len\n"
-                    + "".join(f"{i * 0.1:.1f},{50 + i},{30 + i}\n" for i in range(10)))
+    path.write_text("arrival_s,prompt_len,output_len\n0.5,50,30\n")
     return path
 
 
 @pytest.mark.parametrize("sweep", ["rate", "all"])
-def test_rate_sweep_refuses_a_trace(capsys: pytest.CaptureFixture[str], no_simulation: None,
-                                    trace: Path, sweep: str) -> None:
+def test_rate_sweep_on_a_trace_without_gaps(capsys: pytest.CaptureFixture[str],
+                                            no_simulation: None, trace: Path,
+                                            sweep: str) -> None:
     argv = ["sweep", sweep, "--workload", str(trace), *QUIET]
     if sweep == "rate":
         argv += ["--values", "1,16"]
     line = _error_line(capsys, argv)
-    assert "argument --workload:" in line and str(trace) in line and "rate sweep" in line
+    assert "argument --values:" in line and str(trace) in line and "2 arrivals" in line
 
 
-def test_rate_sweep_refuses_a_trace_library(trace: Path) -> None:
+def test_rate_sweep_on_a_trace_without_gaps_library(trace: Path) -> None:
     exp = Experiment(workload=str(trace))
-    with pytest.raises(ValueError, match="rate sweep"):
+    with pytest.raises(ValueError, match="rate_per_s 1 requests/s cannot be applied"):
         sweep_rate(exp, [1.0, 16.0], jobs=1, progress=False)
 
     def make(**kw: object) -> Experiment:
         return exp
 
-    with pytest.raises(ValueError, match="rate sweep"):
-        sweep_base("rate", make)
-    assert sweep_base("block-size", make) is exp  # other sweeps take a trace
+    assert sweep_base("rate", make) is exp  # the rate is applied per swept value
+    assert sweep_base("block-size", make) is exp
 
 
 # --------------------------------------------------------------------------------------

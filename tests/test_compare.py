@@ -110,8 +110,9 @@ def test_trace_workload(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
                  *quiet]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["scheme"] == "paged"
-    assert main(["compare", "--workload", str(trace), "--rate", "3", *quiet]) == 2
-    assert "does not apply to a trace" in capsys.readouterr().err
+    assert main(["compare", "--workload", str(trace), "--rate", "3", "--schemes", "paged",
+                 *quiet]) == 0  # once refused; rescaling is tested in test_trace_flags.py
+    assert "arrivals rescaled to 3 requests/s" in capsys.readouterr().out
 
 
 def test_small_sweep(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,11 +13,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..scheduler import PREEMPTION_MODES
 from ..specs import GPUS, MODELS
+from ..traces import ON_TOO_LONG, TraceError
 from ..units import GiB
 from .argtypes import csv_list, finite, gib_to_bytes, jobs, nonempty, preset, rate, whole
 from .base import UNITS_NOTE, CliError
@@ -35,8 +37,11 @@ def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | N
     p.add_argument("--workload", default=workload_default, metavar="{sharegpt,alpaca,PATH}",
                    type=nonempty("sharegpt, alpaca or the path of a trace file"),
                    help=f"synthetic ShareGPT-/Alpaca-like lengths, or a trace file (Azure "
-                        f"2023 CSV or pagedsim CSV/JSONL; its arrival times are used) "
-                        f"(default {wl})")
+                        f"2023 CSV or pagedsim CSV/JSONL; its arrival times are used, "
+                        f"rebased to the first row's when they are wall-clock readings) "
+                        f"(default {wl}). With a trace, a one-line report of what loading "
+                        f"changed or left out is printed above the table (on stderr with "
+                        f"--json, whose stdout stays a list of rows)")
     p.add_argument("--model", default="opt-13b", metavar="NAME", type=preset("model", MODELS),
                    help=f"model preset, one of: {', '.join(MODELS)}, any case (default "
                         "opt-13b)")
@@ -55,11 +60,19 @@ def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | N
     p.add_argument("--rate", type=rate, default=None, metavar="REQ_PER_S",
                    help=f"Poisson arrival rate in requests/s (default {DEFAULT_RATE:g} for "
                         "compare, which saturates every scheme; see pagedsim.experiments); "
-                        "not for traces")
+                        "for a trace: rescale its arrival gaps (all by one factor) to this "
+                        "mean rate (default: the recorded times)")
     nr = num_requests_default or DEFAULT_NUM_REQUESTS
     p.add_argument("--num-requests", type=whole, default=None, metavar="N",
                    help=f"requests to simulate (default {nr}, at most {MAX_NUM_REQUESTS:,}); "
-                        "not for traces")
+                        "for a trace: its first N (default: all)")
+    p.add_argument("--on-too-long", default=None, choices=ON_TOO_LONG, metavar="{clip,skip,error}",
+                   help="trace rows longer than the model's max_model_len: clip them (prompt "
+                        "first kept, output cut), skip them, or stop with an error naming the "
+                        "line; clipped or skipped rows are counted in the report (default clip)")
+    p.add_argument("--skip-zero-output", action="store_true",
+                   help="skip trace rows with 0 output tokens (the Azure trace has some; "
+                        "counted in the report) instead of stopping with an error")
     p.add_argument("--block-size", type=whole, default=16, metavar="TOKENS",
                    help="token slots per KV block (default 16)")
     p.add_argument("--n", type=whole, default=1, metavar="N",
@@ -84,7 +97,12 @@ def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | N
 def experiment(args: argparse.Namespace, workload: str | None = None,
                num_requests: int | None = None, rate: float | None = None,
                preemption: str = "recompute") -> Experiment:
-    """Build a :class:`pagedsim.experiments.Experiment` from the shared options."""
+    """Build a :class:`pagedsim.experiments.Experiment` from the shared options.
+
+    ``num_requests`` and ``rate`` are the command's defaults for a synthetic workload; a
+    trace takes only the flags (its first ``--num-requests``, rescaled to ``--rate``).
+    The trace file itself is read by :func:`check_trace`.
+    """
     from ..experiments import WORKLOAD_NAMES, Experiment
 
     workload = args.workload or workload or "sharegpt"
@@ -94,32 +112,57 @@ def experiment(args: argparse.Namespace, workload: str | None = None,
         activation_bytes=args.activation_gb, weights_bytes=args.weights_gb,
         workload=workload, seed=args.seed, n=args.n, beam_width=args.beam_width,
         block_size=args.block_size, preemption=args.preemption or preemption,
-        swap_bytes=args.swap_gb,
+        swap_bytes=args.swap_gb, on_too_long=args.on_too_long or "clip",
+        skip_zero_output=args.skip_zero_output,
     )
-    if args.rate is not None or rate is not None:
-        fields["rate_per_s"] = args.rate if args.rate is not None else rate
-    if args.num_requests is not None or num_requests is not None:
-        fields["num_requests"] = (args.num_requests if args.num_requests is not None
-                                  else num_requests)
-    exp = Experiment(**fields)  # first: is --workload a name or a file at all?
-    if workload not in WORKLOAD_NAMES:
-        for flag, value in (("--rate", args.rate), ("--num-requests", args.num_requests)):
-            if value is not None:
-                raise ValueError(f"{flag} does not apply to a trace ({workload}): its rows "
-                                 "give the requests and their arrival times")
-        _check_trace(exp)
-    return exp
+    if workload in WORKLOAD_NAMES:
+        for flag, given in (("--on-too-long", args.on_too_long is not None),
+                            ("--skip-zero-output", args.skip_zero_output)):
+            if given:
+                raise CliError(f"argument {flag}: applies to a trace file, not the "
+                               f"synthetic workload {workload!r}")
+        rate = args.rate if args.rate is not None else rate
+        num_requests = args.num_requests if args.num_requests is not None else num_requests
+    else:
+        rate, num_requests = args.rate, args.num_requests
+    if rate is not None:
+        fields["rate_per_s"] = rate
+    if num_requests is not None:
+        fields["num_requests"] = num_requests
+    return Experiment(**fields)  # first: is --workload a name or a file at all?
 
 
-def _check_trace(exp: Experiment) -> None:
-    """Read the trace once now, so a bad file fails before any simulation (the runs read
-    it again in their worker processes)."""
+#: Library parameter names in trace errors -> the flags a CLI user types.
+_TRACE_FLAG_NAMES = (("skip_zero_output=True", "--skip-zero-output"),
+                     ("pass on_too_long='clip' or 'skip'", "pass --on-too-long clip or skip"))
+
+
+def check_trace(exp: Experiment) -> str | None:
+    """Read the trace once now, so a bad file (or a ``--rate`` it cannot take) fails
+    before any simulation; return its one-line report (None for a synthetic workload).
+    The runs read it again in their worker processes, which print nothing."""
+    if not exp.is_trace:
+        return None
     try:
-        exp.requests()
-    except (ValueError, OSError, csv.Error) as exc:  # UnicodeDecodeError is a ValueError
+        return exp.trace_report()
+    except (TraceError, OSError, csv.Error) as exc:
         # The trace reader's messages name the file (and the line); OSError's too.
         message = " ".join(str(exc).split()) or type(exc).__name__
+        for name, flag in _TRACE_FLAG_NAMES:
+            message = message.replace(name, flag)
         raise CliError(f"argument --workload: {message}") from None
+    except ValueError as exc:  # a rate the trace cannot take (Experiment.trace)
+        raise CliError(f"argument --rate: {exc}") from None
+
+
+def _say_report(report: str | None, to_stderr: bool) -> str | None:
+    """The trace report as a line for the text output, or printed on stderr (``--json``)."""
+    if report is None:
+        return None
+    if to_stderr:
+        print(f"workload: {report}", file=sys.stderr)
+        return None
+    return report
 
 
 def _check_schemes(names: Sequence[str]) -> tuple[str, ...]:
@@ -207,13 +250,15 @@ def run_compare(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-step-rows must be >= 0, got {args.max_step_rows}")
     schemes = _check_schemes(args.schemes)
     exp = experiment(args)
+    report = check_trace(exp)
     _check_out(args)
     cmp = compare(exp, schemes, jobs=args.jobs, progress=_progress(args),
                   keep_steps=not args.no_write, part=args.part)
     if args.json:
+        _say_report(report, to_stderr=True)
         print(json.dumps(json_rows(cmp), indent=1))
     else:
-        print(compare_table(cmp))
+        print(compare_table(cmp, workload_report=report))
     if not args.no_write:
         _report_written(args, write_compare(cmp, args.out, max_step_rows=args.max_step_rows))
     return 0
@@ -257,6 +302,7 @@ def add_sweep(subparsers: argparse._SubParsersAction) -> None:
 
 def run_sweep(args: argparse.Namespace) -> int:
     from ..experiments import (
+        SWEEP_RATES,
         SWEEPS,
         check_values,
         run_sweep_on,
@@ -280,17 +326,27 @@ def run_sweep(args: argparse.Namespace) -> int:
     for name in names:
         exp = sweep_base(name, lambda **kw: experiment(args, **kw))
         values = None
+        # The rate sweep rescales a trace to each rate: report it as loaded.
+        report = check_trace(replace(exp, rate_per_s=None) if name == "rate" else exp)
+        if report is not None and name == "rate":
+            report += "; arrivals rescaled to each swept rate (every gap by one factor)"
         if args.values is not None:
             try:
                 values = check_values(name, args.values, exp)
             except ValueError as exc:
                 raise CliError(f"argument --values: {exc}") from None
-        plans.append((name, exp, values))
+        if name == "rate" and exp.is_trace:  # can the trace take the swept rates at all?
+            first = (values or SWEEP_RATES)[0]
+            try:
+                replace(exp, rate_per_s=first).trace()
+            except ValueError as exc:
+                raise CliError(f"argument --values: {exc}") from None
+        plans.append((name, exp, values, report))
     _check_out(args)
-    for name, exp, values in plans:
+    for name, exp, values, report in plans:
         df = run_sweep_on(name, exp, values=values, schemes=args.schemes, jobs=args.jobs,
                           progress=_progress(args))
-        print(sweep_table(name, df))
+        print(sweep_table(name, df, workload_report=report))
         print()
         if not args.no_write:
             _report_written(args, write_sweep(name, df, args.out))

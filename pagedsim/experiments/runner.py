@@ -37,11 +37,12 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
     sched = exp.scheduler_config()
     alloc = make_allocator(scheme, exp.capacity_slots(), exp.block_size, exp.max_model_len,
                            model=exp.model, max_num_seqs=sched.max_num_seqs)
-    result = simulate(exp.requests(), alloc, exp.cost_model(), sched,
+    requests = exp.requests()
+    result = simulate(requests, alloc, exp.cost_model(), sched,
                       scheme=scheme, progress=progress)
     steps = result.steps()
     summary = summarize(result, steps)
-    summary.update(block_size=exp.block_size, rate_per_s=float(exp.rate_per_s),
+    summary.update(block_size=exp.block_size, rate_per_s=exp.arrival_rate_per_s(requests),
                    n=exp.n, beam_width=exp.beam_width, preemption=exp.preemption,
                    workload=exp.workload, seed=exp.seed)
     return summary, (steps if keep_steps else None)

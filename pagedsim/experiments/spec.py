@@ -19,6 +19,7 @@ from ..cost import CostModel
 from ..scheduler import PREEMPTION_MODES, SchedulerConfig
 from ..schemes import get_scheme
 from ..specs import get_gpu, get_model
+from ..traces import ON_TOO_LONG, Trace, TraceError, load_trace
 from ..units import GiB
 from ..validate import check_choice, check_int
 from ..workload import Request, WorkloadConfig, generate_workload
@@ -49,12 +50,22 @@ class Experiment:
     """What to simulate: model and GPUs (hence the KV pool), workload, scheduler.
 
     Sizes in bytes, rates in requests/s. ``workload`` is ``"sharegpt"``, ``"alpaca"`` or
-    the path of a trace file (:func:`pagedsim.traces.load_trace`; its arrival times are
-    used and ``rate_per_s`` / ``num_requests`` are ignored; requests longer than the
-    model's context are handled per ``on_too_long``). ``n`` / ``beam_width`` are given to
-    every request (they override a trace's). ``swap_bytes`` is the CPU swap space for
-    ``preemption="swap"`` (vLLM's default ``swap_space`` is 4 GiB per GPU).
+    the path of a trace file (:func:`pagedsim.traces.load_trace`). ``n`` / ``beam_width``
+    are given to every request (they override a trace's). ``swap_bytes`` is the CPU swap
+    space for ``preemption="swap"`` (vLLM's default ``swap_space`` is 4 GiB per GPU).
     ``max_num_batched_tokens`` None means ``max(2048, max_model_len)``.
+
+    ``rate_per_s`` and ``num_requests``: for a synthetic workload the Poisson rate and the
+    number of requests (``None`` becomes :data:`DEFAULT_RATE` / :data:`DEFAULT_NUM_REQUESTS`
+    when the experiment is built). For a trace, ``num_requests`` takes its first N
+    requests (``None``: all of them) and ``rate_per_s`` rescales its arrival gaps to that
+    mean rate (:meth:`pagedsim.traces.Trace.rescale_rate`; ``None``: the recorded times).
+
+    Trace only: ``on_too_long`` (``"clip"``, ``"skip"`` or ``"error"``) handles requests
+    longer than the model's context (``max_model_len`` tokens), ``skip_zero_output``
+    skips rows with 0 output tokens. Arrival times are shifted so that the first request
+    arrives at t = 0 s. Whatever loading changed or left out is counted in
+    :meth:`trace_report`.
     """
 
     model: str = "opt-13b"
@@ -64,8 +75,8 @@ class Experiment:
     activation_bytes: int = 2 * GiB
     weights_bytes: int | None = None
     workload: str = "sharegpt"
-    rate_per_s: float = DEFAULT_RATE
-    num_requests: int = DEFAULT_NUM_REQUESTS
+    rate_per_s: float | None = None
+    num_requests: int | None = None
     seed: int = 0
     n: int = 1
     beam_width: int = 1
@@ -75,14 +86,21 @@ class Experiment:
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
     on_too_long: str = "clip"
+    skip_zero_output: bool = False
 
     def __post_init__(self) -> None:
         get_model(self.model)  # unknown presets fail here, before any work
         get_gpu(self.gpu)
-        check_int("num_requests", self.num_requests, minimum=1)
-        if self.num_requests > MAX_NUM_REQUESTS:
-            raise ValueError(f"num_requests must be <= {MAX_NUM_REQUESTS:,}, "
-                             f"got {self.num_requests:,}")
+        if not self.is_trace:  # synthetic: None means the default (frozen, hence setattr)
+            if self.rate_per_s is None:
+                object.__setattr__(self, "rate_per_s", DEFAULT_RATE)
+            if self.num_requests is None:
+                object.__setattr__(self, "num_requests", DEFAULT_NUM_REQUESTS)
+        if self.num_requests is not None:
+            check_int("num_requests", self.num_requests, minimum=1)
+            if self.num_requests > MAX_NUM_REQUESTS:
+                raise ValueError(f"num_requests must be <= {MAX_NUM_REQUESTS:,}, "
+                                 f"got {self.num_requests:,}")
         check_int("seed", self.seed, minimum=0)
         check_int("n", self.n, minimum=1)
         check_int("beam_width", self.beam_width, minimum=1)
@@ -90,6 +108,10 @@ class Experiment:
         check_int("swap_bytes", self.swap_bytes, minimum=0)
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
         check_choice("preemption", self.preemption, PREEMPTION_MODES)
+        check_choice("on_too_long", self.on_too_long, ON_TOO_LONG)
+        if not isinstance(self.skip_zero_output, bool):
+            raise TypeError(f"skip_zero_output must be True or False, "
+                            f"got {self.skip_zero_output!r}")
         if self.n > 1 and self.beam_width > 1:
             raise ValueError(f"n ({self.n}) and beam_width ({self.beam_width}) cannot both "
                              "exceed 1; choose parallel sampling or beam search")
@@ -99,11 +121,13 @@ class Experiment:
             if width > self.max_num_seqs:
                 raise ValueError(f"{name} must be <= max_num_seqs ({self.max_num_seqs}), "
                                  f"got {width}")
-        if isinstance(self.rate_per_s, bool) or not isinstance(self.rate_per_s, (int, float)):
-            raise TypeError(f"rate must be a number, got {self.rate_per_s!r}")
-        if math.isnan(self.rate_per_s) or self.rate_per_s <= 0:
-            raise ValueError(f"rate must be > 0 requests/s (inf = all at t = 0), "
-                             f"got {self.rate_per_s!r}")
+        if self.rate_per_s is not None:
+            if isinstance(self.rate_per_s, bool) or not isinstance(self.rate_per_s,
+                                                                   (int, float)):
+                raise TypeError(f"rate must be a number, got {self.rate_per_s!r}")
+            if math.isnan(self.rate_per_s) or self.rate_per_s <= 0:
+                raise ValueError(f"rate must be > 0 requests/s (inf = all at t = 0), "
+                                 f"got {self.rate_per_s!r}")
         if self.workload not in WORKLOAD_NAMES and not os.path.isfile(self.workload):
             raise ValueError(f"workload {self.workload!r} is neither one of "
                              f"{', '.join(WORKLOAD_NAMES)} nor an existing trace file")
@@ -118,6 +142,11 @@ class Experiment:
                 f"num_gpus {self.num_gpus} x {self.gpu} with block_size {self.block_size} "
                 f"gives a KV pool of {num_blocks:,} blocks; at most {MAX_POOL_BLOCKS:,} "
                 "(2**26) are simulated: use fewer GPUs or larger blocks")
+
+    @property
+    def is_trace(self) -> bool:
+        """Whether ``workload`` is a trace file (not one of :data:`WORKLOAD_NAMES`)."""
+        return self.workload not in WORKLOAD_NAMES
 
     @property
     def max_model_len(self) -> int:
@@ -148,24 +177,83 @@ class Experiment:
 
     def requests(self) -> list[Request]:
         """The workload (deterministic: same experiment, same requests)."""
-        if self.workload in WORKLOAD_NAMES:
+        if not self.is_trace:
+            assert self.num_requests is not None and self.rate_per_s is not None
             return generate_workload(WorkloadConfig(
                 kind=self.workload, num_requests=self.num_requests,
                 rate_per_s=float(self.rate_per_s), seed=self.seed,
                 max_model_len=self.max_model_len, n=self.n, beam_width=self.beam_width))
-        from ..traces import load_trace
-
-        reqs = load_trace(self.workload, self.max_model_len, self.on_too_long).requests
-        if not reqs:
-            raise ValueError(f"trace {self.workload!r} holds no request")
+        reqs = self.trace().requests
         if self.n > 1 or self.beam_width > 1:
             reqs = [replace(r, n=self.n, beam_width=self.beam_width) for r in reqs]
         return reqs
 
+    def trace(self) -> Trace:
+        """The trace this experiment replays, as its runs see it: loaded with
+        ``on_too_long`` and ``skip_zero_output``, its first ``num_requests`` only, arrivals
+        shifted so that the first request arrives at t = 0 s (the loader rebases dates and
+        wall-clock readings; any other offset is subtracted here, so a trace and the same
+        trace with rebased timestamps simulate identically), rescaled to ``rate_per_s``.
+
+        Raises :class:`pagedsim.traces.TraceError` for a bad file or one that leaves no
+        request, ``ValueError`` starting ``rate_per_s`` for a rate that cannot be applied
+        (fewer than 2 requests, or all arriving at once), and ``ValueError`` if the
+        workload is not a trace.
+        """
+        if not self.is_trace:
+            raise ValueError(f"workload {self.workload!r} is synthetic, not a trace file")
+        trace = load_trace(self.workload, self.max_model_len, self.on_too_long,
+                           skip_zero_output=self.skip_zero_output, rebase=None,
+                           max_requests=self.num_requests)
+        if not trace.requests:
+            raise TraceError(self.workload, None, f"no request left to simulate ({trace.report()})")
+        first_s = trace.requests[0].arrival_s
+        if first_s != 0:  # the loader rebased only dates and wall-clock readings
+            trace = replace(trace, requests=[replace(r, arrival_s=r.arrival_s - first_s)
+                                             for r in trace.requests],
+                            transforms=(*trace.transforms, f"arrivals shifted by -{first_s:.6g} "
+                                        "s: t = 0 s is the first request's"))
+        if self.num_requests is not None and len(trace.requests) < self.num_requests:
+            note = (f"num_requests {self.num_requests:,} asked for, the trace holds "
+                    f"{len(trace.requests):,}: all taken")
+            trace = replace(trace, transforms=(*trace.transforms, note))
+        if self.rate_per_s is not None:
+            try:
+                trace = trace.rescale_rate(float(self.rate_per_s))
+            except ValueError as exc:
+                raise ValueError(f"rate_per_s {self.rate_per_s:g} requests/s cannot be "
+                                 f"applied to trace {self.workload!r}: {exc}") from None
+        return trace
+
+    def trace_report(self) -> str | None:
+        """:meth:`pagedsim.traces.Trace.report` of :meth:`trace` (one line: requests
+        loaded, and everything loading, ``num_requests`` and ``rate_per_s`` changed or
+        left out), or ``None`` for a synthetic workload. Loads the file: call it once, in
+        the parent process (runs in worker processes print nothing)."""
+        return self.trace().report() if self.is_trace else None
+
+    def arrival_rate_per_s(self, requests: Sequence[Request]) -> float:
+        """The mean arrival rate in requests/s of this experiment's ``requests``: the
+        asked ``rate_per_s``, else (a trace's recorded times) ``(N - 1) / span`` of the
+        arrivals (``inf`` when all arrive at once, ``nan`` for one request)."""
+        if self.rate_per_s is not None:
+            return float(self.rate_per_s)
+        if len(requests) < 2:
+            return math.nan
+        span_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
+        return math.inf if span_s == 0 else (len(requests) - 1) / span_s
+
     def label(self) -> str:
         """One line saying what was simulated, for table and figure captions."""
-        wl = (f"{self.workload}-like, {self.num_requests} requests at {self.rate_per_s:g} req/s"
-              if self.workload in WORKLOAD_NAMES else f"trace {os.path.basename(self.workload)}")
+        if self.is_trace:
+            wl = f"trace {os.path.basename(self.workload)}"
+            if self.num_requests is not None:
+                wl += f", first {self.num_requests} requests"
+            if self.rate_per_s is not None:
+                wl += f", arrivals rescaled to {self.rate_per_s:g} req/s"
+        else:
+            wl = (f"{self.workload}-like, {self.num_requests} requests at "
+                  f"{self.rate_per_s:g} req/s")
         extra = (f", n={self.n}" if self.n > 1 else "") + (
             f", beam width {self.beam_width}" if self.beam_width > 1 else "")
         gpus = f"{self.num_gpus} x {self.gpu}" if self.num_gpus > 1 else self.gpu

@@ -17,7 +17,7 @@ from ..scheduler import PREEMPTION_MODES
 from ..schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
 from .runner import run_many
-from .spec import WORKLOAD_NAMES, Experiment, check_schemes
+from .spec import Experiment, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -33,13 +33,18 @@ SWEEP_BEAM_WIDTHS = (2, 4, 6)
 SWEEP_PREEMPTION_BLOCK_SIZES = (1, 4, 16, 64, 256)
 
 
-def _frame(results: Iterable[tuple[dict[str, Any], Any]], **extra: Sequence[Any]
+def _frame(results: Iterable[tuple[dict[str, Any], Any] | None], **extra: Sequence[Any]
            ) -> pd.DataFrame:
+    """One row per run's summary plus the ``extra`` columns (one value per run). A run
+    that failed on a Dask cluster (None; its runner lists it) has no row."""
     import pandas as pd
 
-    df = pd.DataFrame.from_records([r[0] for r in results])
+    results = list(results)
+    kept = [i for i, r in enumerate(results) if r is not None]
+    df = pd.DataFrame.from_records([results[i][0] for i in kept])
     for k, v in extra.items():
-        df[k] = list(v)
+        values = list(v)
+        df[k] = [values[i] for i in kept]
     return df
 
 
@@ -52,26 +57,17 @@ def sweep_block_size(exp: Experiment, block_sizes: Sequence[int] = SWEEP_BLOCK_S
     return _frame(run_many(tasks, jobs, progress, "block sizes"))
 
 
-def _check_rate_workload(exp: Experiment) -> None:
-    """Refuse a trace for the rate sweep: its rows fix the arrival times, so every "rate"
-    would replay the same requests and give identical rows."""
-    if exp.workload not in WORKLOAD_NAMES:
-        raise ValueError(f"workload {exp.workload!r} is a trace, whose rows fix the arrival "
-                         f"times, so the rate sweep cannot vary them; use "
-                         f"{' or '.join(WORKLOAD_NAMES)}")
-
-
 def sweep_rate(exp: Experiment, rates: Sequence[float] = SWEEP_RATES,
                schemes: Sequence[str] = DEFAULT_SCHEMES, jobs: int | None = None,
                progress: bool | None = None) -> pd.DataFrame:
     """One run per (rate, scheme): mean batch size per scheme against the request rate
     (the paper's Figure 13); the paper's batch at its rate is in ``paper_batch``.
-    ``exp``'s workload must be synthetic (a trace's rows fix the arrival times)."""
-    _check_rate_workload(exp)
+    A trace's arrival gaps are rescaled to each rate (:meth:`Experiment.trace`: the same
+    requests, bursts and lulls keep their shape)."""
     schemes = check_schemes(schemes)
     tasks = [(replace(exp, rate_per_s=float(r)), s) for r in rates for s in schemes]
     df = _frame(run_many(tasks, jobs, progress, "rates x schemes"))
-    df["paper_batch"] = [figure13_batch(s, exp.workload) for s in df["scheme"]]
+    df["paper_batch"] = [figure13_batch(s, exp.workload) for s in df.get("scheme", ())]
     return df
 
 
@@ -145,15 +141,12 @@ MAX_SWEEP_BLOCK_SIZE = 1 << 16
 def sweep_base(name: str, make_experiment: Callable[..., Experiment]) -> Experiment:
     """The base experiment of the sweep called ``name``: ``make_experiment(workload=...,
     num_requests=..., rate=..., preemption=...)`` called with the sweep's defaults (the
-    CLI lets its flags override them). A trace's rows fix the arrival times, so the rate
-    sweep refuses one (it would run the same requests at every "rate")."""
+    CLI lets its flags override them, and gives a trace neither the default number of
+    requests nor the default rate: it runs as recorded unless told)."""
     check_choice("sweep", name, tuple(SWEEPS))
-    exp = make_experiment(workload=SWEEP_DEFAULT_WORKLOAD[name],
-                          num_requests=SWEEP_NUM_REQUESTS[name], rate=SWEEP_RATE[name],
-                          preemption=SWEEP_PREEMPTION[name])
-    if name == "rate":
-        _check_rate_workload(exp)
-    return exp
+    return make_experiment(workload=SWEEP_DEFAULT_WORKLOAD[name],
+                           num_requests=SWEEP_NUM_REQUESTS[name], rate=SWEEP_RATE[name],
+                           preemption=SWEEP_PREEMPTION[name])
 
 
 def check_values(name: str, values: Sequence[float], exp: Experiment) -> list[Any]:

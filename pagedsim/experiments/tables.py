@@ -7,12 +7,14 @@ The column layout itself is :func:`pagedsim.textfmt.format_table`.
 from __future__ import annotations
 
 import math
+import os
 from typing import TYPE_CHECKING
 
 from ..accounting import CATEGORIES
 from ..paper import FIGURE13_BATCH, FIGURE13_RATE, figure2_share, figure13_batch
 from ..textfmt import format_table
 from .runner import Comparison, shares_frame
+from .spec import WORKLOAD_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -28,10 +30,17 @@ def _fmt(x: float, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def compare_table(cmp: Comparison) -> str:
-    """The plain-text table ``pagedsim compare`` prints: ours, then the paper's."""
+def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
+    """The plain-text table ``pagedsim compare`` prints: ours, then the paper's.
+
+    For a trace, the line under the title is ``workload_report`` (one line: what loading
+    the trace changed or left out), or, if not given, the experiment's
+    :meth:`~pagedsim.experiments.Experiment.trace_report` (which reads the file again).
+    """
     df = shares_frame(cmp.summary, cmp.part)
     exp = cmp.experiment
+    if workload_report is None and exp.is_trace:
+        workload_report = exp.trace_report()
     workload = exp.workload if exp.workload in FIGURE13_BATCH else None
     headers = ["scheme", "token%", "reserved%", "internal%", "external%", "free%", "batch",
                "tokens/s", "preempt", "| paper:", "token%", "reserved%", "internal%",
@@ -54,6 +63,7 @@ def compare_table(cmp: Comparison) -> str:
                  else "the whole run")
     lines = [
         f"KV-cache memory by scheme: {exp.label()}",
+        *([f"workload: {workload_report}"] if workload_report else []),
         f"shares: time-weighted % of the pool over {part_text}",
         "batch: mean requests per step over steps that ran anything; tokens/s: generated "
         "tokens / makespan (simulated, roofline cost model)",
@@ -110,8 +120,9 @@ _SWEEP_NOTES = {
 }
 
 
-def sweep_table(name: str, df: pd.DataFrame) -> str:
-    """The plain-text table ``pagedsim sweep`` prints (fractions shown as %)."""
+def sweep_table(name: str, df: pd.DataFrame, workload_report: str | None = None) -> str:
+    """The plain-text table ``pagedsim sweep`` prints (fractions shown as %), with
+    ``workload_report`` (a trace's one-line report) under its caption when given."""
     cols = _SWEEP_TABLE[name]
     headers = [c + (" %" if c in _PERCENT else "") for c in cols]
     rows = []
@@ -127,7 +138,11 @@ def sweep_table(name: str, df: pd.DataFrame) -> str:
                 row.append(v)
         rows.append(row)
     first = df.iloc[0]
-    about = (f"{first['workload']}-like, {int(first['num_requests'])} requests"
-             + (f" at {first['rate_per_s']:g} req/s" if name != "rate" else ""))
+    workload = str(first["workload"])
+    kind = (f"{workload}-like" if workload in WORKLOAD_NAMES
+            else f"trace {os.path.basename(workload)}")
+    about = (f"{kind}, {int(first['num_requests'])} requests"
+             + (f" at {first['rate_per_s']:.4g} req/s" if name != "rate" else ""))
     return "\n".join([f"sweep {name} ({about}); {_SWEEP_NOTES[name]}",
+                      *([f"workload: {workload_report}"] if workload_report else []),
                       format_table(headers, rows)])
