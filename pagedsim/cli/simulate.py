@@ -67,9 +67,10 @@ def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | N
                    help=f"requests to simulate (default {nr}, at most {MAX_NUM_REQUESTS:,}); "
                         "for a trace: its first N (default: all)")
     p.add_argument("--on-too-long", default=None, choices=ON_TOO_LONG, metavar="{clip,skip,error}",
-                   help="trace rows longer than the model's max_model_len: clip them (prompt "
-                        "first kept, output cut), skip them, or stop with an error naming the "
-                        "line; clipped or skipped rows are counted in the report (default clip)")
+                   help="trace rows longer than the model's max_model_len: clip them (the "
+                        "prompt to at most max_model_len - 1 tokens, then the output to what "
+                        "is left), skip them, or stop with an error naming the line; clipped "
+                        "or skipped rows are counted in the report (default clip)")
     p.add_argument("--skip-zero-output", action="store_true",
                    help="skip trace rows with 0 output tokens (the Azure trace has some; "
                         "counted in the report) instead of stopping with an error")
