@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Mapping
 
 from ..units import GiB
@@ -135,3 +136,26 @@ def csv_list(kind: Callable[[str], object]) -> Callable[[str], list]:
             raise argparse.ArgumentTypeError(f"bad value in list {shown(text)}") from None
 
     return parse
+
+
+#: A Dask scheduler address ``[tcp|tls|ws|wss|ucx://]HOST:PORT``: a host name, IPv4
+#: address or bracketed IPv6 address, and a port.
+_DASK_ADDRESS = re.compile(
+    r"(?:(?:tcp|tls|ws|wss|ucx)://)?"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+    r":(?P<port>[0-9]{1,5})")
+
+
+def dask_address(text: str) -> str:
+    """``local`` (a LocalCluster for the run) or a Dask scheduler address with its port
+    (``tcp://10.0.0.5:8786``, ``scheduler:8786``). Only the form is checked here, so a
+    bad value fails at once without trying to connect."""
+    value = text.strip()
+    if value.lower() == "local":
+        return "local"
+    match = _DASK_ADDRESS.fullmatch(value)
+    if match is None or not 1 <= int(match.group("port")) <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"expected 'local' or a Dask scheduler address HOST:PORT or "
+            f"tcp://HOST:PORT, got {shown(text)}")
+    return value

@@ -23,6 +23,7 @@ from ..traces import ON_TOO_LONG, TraceError
 from ..units import GiB
 from .argtypes import csv_list, finite, gib_to_bytes, jobs, nonempty, preset, rate, whole
 from .base import UNITS_NOTE, CliError
+from .dask import add_dask_option, with_dask
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..experiments import Experiment
@@ -89,8 +90,9 @@ def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | N
     p.add_argument("--seed", type=whole, default=0, metavar="SEED",
                    help="seed of the workload and of beam search (default 0)")
     p.add_argument("--jobs", type=jobs, default=-1, metavar="N",
-                   help="worker processes (joblib); -1 = every CPU, 1 = no subprocess "
-                        "(default -1)")
+                   help="worker processes (joblib, or the workers of --dask local); -1 = "
+                        "every CPU, 1 = no subprocess (default -1)")
+    add_dask_option(p)
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no list of files written")
 
@@ -241,7 +243,7 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
                    help="print one JSON list of rows (scheme, the five shares as fractions "
                         "summing to 1, mean_batch_size, throughput_tokens_per_s, "
                         "preemptions, ...) instead of the table")
-    p.set_defaults(run=run_compare)
+    p.set_defaults(run=with_dask(run_compare))
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -283,7 +285,7 @@ def add_sweep(subparsers: argparse._SubParsersAction) -> None:
             "per scheme against the request rate (the paper's Fig. 13); sharing: memory "
             "saved by sharing for parallel sampling (n) and beam search (width) on an "
             "Alpaca-like load (paper section 6.3); preemption: swap versus recompute across "
-            "block sizes. all: every sweep. For a Dask cluster see pagedsim.experiments."
+            "block sizes. all: every sweep. --dask ADDRESS runs them on a Dask cluster."
         ),
     )
     p.add_argument("name", choices=[*SWEEPS, "all"], metavar="SWEEP", nargs="?",
@@ -298,7 +300,7 @@ def add_sweep(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder for sweep_<name>.csv and PNGs (default figures/)")
     p.add_argument("--no-write", action="store_true", help="write no file")
-    p.set_defaults(run=run_sweep)
+    p.set_defaults(run=with_dask(run_sweep))
 
 
 def run_sweep(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ share one code path. The package is split by concern; every name is importable f
 - :mod:`~pagedsim.experiments.spec`: :class:`Experiment`, its defaults and checks;
 - :mod:`~pagedsim.experiments.runner`: :func:`run_scheme`, :func:`run_many`,
   :func:`compare` and the frames built from their results;
+- :mod:`~pagedsim.experiments.dask_runner`: :class:`DaskRunner`, runs on a Dask cluster;
 - :mod:`~pagedsim.experiments.sweeps`: the sweeps and :func:`run_sweep`;
 - :mod:`~pagedsim.experiments.tables`: the plain-text tables the CLI prints;
 - :mod:`~pagedsim.experiments.writers`: CSVs, PNGs and :func:`make_figures`;
@@ -35,20 +36,21 @@ Parallel runs and clusters
 Schemes (and sweep configurations) are independent, so they run in separate processes
 through joblib (``jobs``: -1 = every CPU; 1 = in this process). Every run is seeded, so
 the results do not depend on ``jobs`` (``tests/test_compare.py`` checks it). To spread a
-large sweep over a Dask cluster, start a ``dask.distributed.Client`` and select joblib's
-``dask`` backend around the call; the runs then go to the cluster's workers::
+large sweep over a Dask cluster (``pip install "pagedsim[dask]"``), run it inside a
+:class:`~pagedsim.experiments.dask_runner.DaskRunner` (``pagedsim sweep NAME --dask
+ADDRESS`` does); the runs then go to the cluster's workers and the results are the same::
 
-    from dask.distributed import Client
-    import joblib
-    from pagedsim.experiments import Experiment, sweep_block_size
+    from pagedsim.experiments import DaskRunner, Experiment, sweep_block_size
 
-    client = Client("tcp://scheduler:8786")  # or Client() for a local cluster
-    with joblib.parallel_config(backend="dask"):
-        df = sweep_block_size(Experiment(num_requests=20_000), jobs=-1)
+    with DaskRunner("tcp://scheduler:8786") as dask:  # or DaskRunner("local")
+        df = sweep_block_size(Experiment(num_requests=20_000))
+    for failure in dask.failures:  # configurations that failed twice (no row in df)
+        print(failure.describe())
 """
 
 from __future__ import annotations
 
+from .dask_runner import DaskRunner
 from .report import reproduction_checks
 from .runner import Comparison, compare, json_rows, run_many, run_scheme, shares_frame
 from .spec import (
@@ -107,6 +109,7 @@ __all__ = [
     "SWEEP_RATES",
     "WORKLOAD_NAMES",
     "Comparison",
+    "DaskRunner",
     "Experiment",
     "check_schemes",
     "check_values",

@@ -1,8 +1,9 @@
 """Running experiments: one scheme (:func:`run_scheme`), many in parallel (:func:`run_many`),
 and every scheme on one workload (:func:`compare`), plus the frames built from the results.
 
-Runs are independent and seeded, so they go to separate processes through joblib and the
-results do not depend on how many (see :mod:`pagedsim.experiments` for a Dask cluster).
+Runs are independent and seeded, so they go to separate processes through joblib, or to
+a Dask cluster inside ``with DaskRunner(address):`` (:mod:`.dask_runner`), and the results
+do not depend on how many or where.
 """
 
 from __future__ import annotations
@@ -57,17 +58,23 @@ def _n_jobs(jobs: int | None, num_tasks: int) -> int:
 
 def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
              progress: bool | None = None, desc: str = "runs", keep_steps: bool = False,
-             ) -> list[tuple[dict[str, Any], pd.DataFrame | None]]:
+             ) -> list[tuple[dict[str, Any], pd.DataFrame | None] | None]:
     """Run every ``(experiment, scheme)`` task; results in task order.
 
     ``jobs`` worker processes (joblib, loky backend unless the caller selected another with
     ``joblib.parallel_config``); with one job everything runs here and each run shows its
-    own request bar. ``progress``: an outer tqdm bar on stderr over tasks (None = only when
-    stderr is a terminal), drawn once a run has taken more than a second.
+    own request bar. Inside ``with DaskRunner(address):`` the tasks go to that Dask
+    cluster instead (``jobs`` is then unused) and a task that failed twice there comes
+    back as ``None`` and is listed in the runner's ``failures``; elsewhere an error is
+    raised. ``progress``: an outer tqdm bar on stderr over tasks (None = only when stderr
+    is a terminal), drawn once a run has taken more than a second.
     """
+    from .dask_runner import active_runner
+
     if progress is None:
         progress = sys.stderr.isatty()
-    n_jobs = _n_jobs(jobs, len(tasks))
+    runner = active_runner()
+    n_jobs = 1 if runner is not None else _n_jobs(jobs, len(tasks))
     bar = None
     if progress:
         from tqdm import tqdm
@@ -76,7 +83,10 @@ def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
                    leave=False)
     out: list[Any] = [None] * len(tasks)
     try:
-        if n_jobs == 1:
+        if runner is not None:
+            out = runner.run(tasks, keep_steps=keep_steps, desc=desc,
+                             on_done=None if bar is None else lambda: bar.update(1))
+        elif n_jobs == 1:
             for i, (exp, scheme) in enumerate(tasks):
                 out[i] = run_scheme(exp, scheme, progress=progress, keep_steps=keep_steps)
                 if bar is not None:
@@ -119,8 +129,10 @@ def compare(exp: Experiment, schemes: Sequence[str] = DEFAULT_SCHEMES,
     check_choice("part", part, PARTS)
     results = run_many([(exp, s) for s in schemes], jobs=jobs, progress=progress,
                        desc="schemes", keep_steps=keep_steps)
-    summary = pd.DataFrame.from_records([r[0] for r in results])
-    steps = {s: r[1] for s, r in zip(schemes, results, strict=True) if r[1] is not None}
+    # A run that failed on a Dask cluster (None) is left out; the runner lists it.
+    summary = pd.DataFrame.from_records([r[0] for r in results if r is not None])
+    steps = {s: r[1] for s, r in zip(schemes, results, strict=True)
+             if r is not None and r[1] is not None}
     return Comparison(exp, summary, steps, part)
 
 
