@@ -119,6 +119,10 @@ class RealExecutor:
         if plan.prefills:
             seq_ids, token_lists = [], []
             for item in plan.prefills:
+                if item.start or not item.last:
+                    raise ValueError(f"request {item.request_id}: the real executor runs "
+                                     "whole prefills only; schedule with policy='v0' (a "
+                                     "chunked prefill needs attention over a cached prefix)")
                 if item.recompute:
                     toks = self.tokens[item.seq_id] + [self.pending[item.seq_id]]
                 else:

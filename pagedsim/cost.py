@@ -19,10 +19,23 @@ with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hi
   causal self-attention adds ``P (P + 1) / 2`` pairs per prompt of ``P`` tokens
   (``prefill_attn_pairs``; 0 by default, which leaves it out: for OPT-13B it equals the
   2 x params term only at ~34K-token prompts; at 2048 tokens it adds about 3%).
-* ``bytes = weights_bytes + (kv_tokens_read + tokens) * bytes_per_token``: every step
-  streams all weights from HBM once (whatever the batch: that is why batching pays),
-  reads the cached K/V it attends to, and writes one K/V slot per processed token.
-  Activations are left out (they are small and mostly stay on chip).
+* ``bytes = weights_bytes + (kv_tokens_read * (1 + kv_block_overhead_tokens / block_size)
+  + tokens) * bytes_per_token``: every step streams all weights from HBM once (whatever
+  the batch: that is why batching pays), reads the cached K/V it attends to, and writes
+  one K/V slot per processed token. Activations are left out (they are small and mostly
+  stay on chip).
+* The paged attention kernel looks every block up in a block table and gathers it
+  separately, so it reads K/V less efficiently than a kernel streaming one contiguous
+  region, and the smaller the blocks the worse: each block read costs as much as
+  ``kv_block_overhead_tokens`` more tokens of K/V. ``block_size`` is None for schemes
+  whose kernel reads each request contiguously (contiguous regions, vAttention's virtual
+  tensors): no such cost. The default, 3.68 tokens, is calibrated on the vLLM paper's
+  kernel microbenchmark (§7.1, Fig. 18a): at blocks of 16 its paged attention kernel has
+  20-26% higher latency than FasterTransformer's contiguous one, and 16 x 0.23 = 3.68.
+  It makes K/V reads 4.7x slower at blocks of 1, 1.92x at 4, 1.46x at 8, 1.23x at 16,
+  1.12x at 32 and 1.06x at 64 (a model of the paper's finding, §7.2, that small blocks
+  under-use the GPU's memory parallelism; measure your own kernel with
+  ``python -m kernels.bench`` on a GPU and set it).
 
 ``num_gpus`` models ideal tensor parallelism: weights, KV and work split evenly, peak and
 bandwidth add up, communication is free (an optimistic bound).
@@ -60,7 +73,7 @@ the step is memory-bound and, with the 2 ms overhead, takes 28.4 ms (~1,130 toke
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .specs import GpuSpec, ModelSpec
 from .validate import check_int
@@ -79,7 +92,9 @@ class CostModel:
     """Roofline step time for ``model`` on ``num_gpus`` x ``gpu`` (see the module docstring).
 
     ``step_overhead_s`` is seconds added to every non-empty step, ``pcie_bytes_per_s`` the
-    host link bandwidth per GPU in bytes/s, ``swap_copy_overhead_s`` seconds per copy call.
+    host link bandwidth per GPU in bytes/s, ``swap_copy_overhead_s`` seconds per copy call,
+    ``block_size`` the attention kernel's block (slots, None = contiguous reads) and
+    ``kv_block_overhead_tokens`` what one block lookup costs in tokens of K/V read.
     """
 
     model: ModelSpec
@@ -88,6 +103,8 @@ class CostModel:
     step_overhead_s: float = 2e-3
     pcie_bytes_per_s: float = 25e9
     swap_copy_overhead_s: float = 10e-6
+    block_size: int | None = None  # slots per block-table lookup of the attention kernel
+    kv_block_overhead_tokens: float = 3.68  # K/V tokens one block lookup costs extra
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -99,6 +116,15 @@ class CostModel:
         _check_seconds_or_rate("pcie_bytes_per_s", self.pcie_bytes_per_s, positive=True)
         _check_seconds_or_rate("swap_copy_overhead_s", self.swap_copy_overhead_s,
                                positive=False)
+        if self.block_size is not None:
+            check_int("block_size", self.block_size, minimum=1)
+        _check_seconds_or_rate("kv_block_overhead_tokens", self.kv_block_overhead_tokens,
+                               positive=False)
+
+    def with_block_size(self, block_size: int | None) -> CostModel:
+        """The same model for an attention kernel that reads blocks of ``block_size`` slots
+        through a block table (None: contiguous reads)."""
+        return replace(self, block_size=block_size)
 
     @staticmethod
     def _check_step(num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
@@ -129,7 +155,10 @@ class CostModel:
     def _bytes(self, tokens: int, kv_tokens_read: int) -> int:
         if tokens == 0:
             return 0
-        return self.model.weights_bytes + (kv_tokens_read + tokens) * self.model.bytes_per_token
+        kv_read = kv_tokens_read
+        if self.block_size is not None and kv_tokens_read:  # block-table gathers cost extra
+            kv_read = round(kv_tokens_read * (1 + self.kv_block_overhead_tokens / self.block_size))
+        return self.model.weights_bytes + (kv_read + tokens) * self.model.bytes_per_token
 
     def step_bytes(self, num_prefill_tokens: int, num_decode_seqs: int,
                    kv_tokens_read: int) -> int:

@@ -41,6 +41,7 @@ class SequenceGroup:
     seq_ids: list[SeqId]
     num_output: int = 0  # tokens sampled so far (the request's output length when done)
     status: str = "waiting"  # waiting | running | swapped | finished | rejected
+    prefill_left: int = 0  # chunked prefill: tokens still to prefill (0: decoding)
     swapped: SwappedGroup | None = None
     pending_frees: list[SeqId] = field(default_factory=list)  # applied at the next step
     pending_forks: list[tuple[SeqId, SeqId]] = field(default_factory=list)
@@ -63,13 +64,17 @@ class SequenceGroup:
 
 @dataclass(slots=True)
 class PrefillItem:
-    """Write the K/V of a sequence's first ``num_tokens`` tokens (prompt, plus generated
-    tokens being recomputed after a preemption) and sample its next token."""
+    """Write the K/V of a sequence's tokens ``start .. start + num_tokens - 1`` (prompt,
+    plus generated tokens being recomputed after a preemption) and, if that completes
+    its prefill (``last``), sample its next token. ``start > 0`` is a later chunk of a
+    chunked prefill: it attends to the ``start`` tokens already in the cache."""
 
     request_id: int
     seq_id: SeqId
     num_tokens: int
     recompute: bool = False
+    start: int = 0
+    last: bool = True
 
 
 @dataclass(slots=True)

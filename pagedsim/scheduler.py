@@ -4,16 +4,26 @@ Every step the scheduler:
 
 1. applies what the previous step decided: frees finished requests and dropped beams,
    forks new samples/beams (children share the parent's blocks when the scheme shares);
-2. decodes one token for every running sequence, oldest request first; when an append
-   cannot get memory it preempts whole requests, newest first (``recompute``: free and
-   requeue at the front of the queue; ``swap``: move its blocks to a CPU pool);
-3. if nothing was preempted, brings swapped requests back, oldest first;
-4. if nothing is still swapped out, admits waiting requests in arrival order (FCFS)
-   while memory (the allocator decides, keeping a watermark free where its scheme
-   applies one, as vLLM's block manager does),
-   ``max_num_seqs`` and ``max_num_batched_tokens`` allow, and prefills them;
-5. counts the sampled token of every group and decides what happens next step
-   (finish, fork samples after a prefill, which beams survive).
+2. runs what its policy allows (``SchedulerConfig.policy``):
+
+   * ``v0`` (the default, vLLM v0 as in the paper): if nothing is swapped out, admit
+     waiting requests in arrival order (FCFS) and prefill them with the whole token
+     budget; a step that prefills does not decode. Otherwise decode one token for every
+     running sequence, oldest request first, and if nothing was preempted bring swapped
+     requests back, oldest first;
+   * ``chunked`` (vLLM v1, Sarathi-Serve): decode every running sequence and give
+     partly prefilled requests their next chunk, oldest first; bring swapped requests
+     back; then admit waiting requests into what is left of the token budget, a long
+     single-sequence prompt split into chunks across steps;
+
+   when an append or a chunk cannot get memory it preempts whole requests, newest first
+   (``recompute``: free and requeue at the front of the queue; ``swap``: move its blocks
+   to a CPU pool). Admission holds memory, ``max_num_seqs`` and ``max_num_batched_tokens``
+   to their limits; the allocator decides whether a request fits, keeping a watermark
+   free where its scheme applies one, as vLLM's block manager does;
+3. counts the sampled token of every group that ran (a chunked prefill samples after its
+   last chunk) and decides what happens next step (finish, fork samples after a
+   prefill, which beams survive).
 
 It returns a :class:`~pagedsim.plan.StepPlan`; it never touches K/V data.
 
@@ -37,8 +47,10 @@ forked again), so it regains its sharing and its outputs are generated again.
 
 A request that can never run is rejected, with a reason the run reports
 (``SequenceGroup.reject_reason``, ``StepPlan.rejected``): one wider than
-``max_num_seqs``, one that does not fit the pool while nothing else holds memory, and
-one that outgrows the whole pool while running alone. Nothing else is ever dropped.
+``max_num_seqs``, a prompt longer than ``max_num_batched_tokens`` under ``v0`` (one
+step could never prefill it), one that does not fit the pool while nothing else holds
+memory, and one that outgrows the whole pool while running alone. Nothing else is ever
+dropped.
 """
 
 from __future__ import annotations
@@ -55,6 +67,9 @@ from .validate import check_choice, check_int
 from .workload import Request
 
 PREEMPTION_MODES = ("recompute", "swap")
+#: Scheduling policies: ``v0`` (vLLM v0, the paper's: a step prefills or decodes) and
+#: ``chunked`` (vLLM v1 / Sarathi-Serve: decodes first, prefill chunks fill the budget).
+POLICIES = ("v0", "chunked")
 
 
 @dataclass(slots=True)
@@ -68,6 +83,7 @@ class SchedulerConfig:
     cpu_swap_slots: int = 0  # CPU pool for swapping, in token slots (0 = no swapping room)
     beam_decay: float = 0.5  # beam search parent model, see BeamModel
     seed: int = 0  # beam search randomness
+    policy: str = "v0"  # see POLICIES
 
     def __post_init__(self) -> None:
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
@@ -79,6 +95,7 @@ class SchedulerConfig:
         if not 0 < self.beam_decay <= 1:
             raise ValueError(f"beam_decay must be in (0, 1], got {self.beam_decay!r}")
         check_int("seed", self.seed, minimum=0)
+        check_choice("policy", self.policy, POLICIES)
 
 
 class BeamModel:
@@ -178,33 +195,11 @@ class Scheduler:
                     plan.forks.append(ForkItem(parent, child, alloc.fork(parent, child)))
                 group.pending_forks = []
 
-        # 2. Decode, preempting the newest requests when memory runs out.
-        queue = deque(self.running)
-        self.running = []
-        victims: list[SequenceGroup] = []
-        while queue:
-            group = queue.popleft()
-            while not alloc.can_append_all(group.seq_ids):
-                if not queue and not self.running:  # alone, and still no room: never will be
-                    self._reject(group, plan, self._outgrows_reason(group))
-                    break
-                victim = queue.pop() if queue else group
-                self._preempt(victim, plan)
-                victims.append(victim)
-                if victim is group:
-                    break
-            else:
-                self._decode(group, plan)
-                self.running.append(group)
-
-        # 3. Swapped requests come back first, oldest first.
-        if not victims:
-            while self.swapped and self._can_swap_in(self.swapped[0]):
-                self._swap_in(self.swapped.popleft(), plan)
-
-        # 4. Admission, FCFS.
-        if not victims and not self.swapped:
-            self._admit(plan, now_s)
+        # 2-4. Run what the policy allows: prefills and/or decodes, swap-ins.
+        if self.config.policy == "v0":
+            victims = self._step_v0(plan, now_s)
+        else:
+            victims = self._step_chunked(plan, now_s)
         # Recompute victims go back to the front of the queue, oldest first.
         for victim in sorted(victims, key=lambda g: g.request.arrival_s, reverse=True):
             if victim.status == "waiting":
@@ -214,6 +209,87 @@ class Scheduler:
         # 5. Count the sampled tokens and decide what the next step does.
         self._after_sampling(plan, now_s)
         return plan
+
+    # ---------------------------------------------------------------- policies
+    def _step_v0(self, plan: StepPlan, now_s: float) -> list[SequenceGroup]:
+        """vLLM v0 (the paper's vLLM): a step prefills or decodes, never both. New prompts
+        get the whole token budget, so a long prompt never waits behind running decodes
+        (no head-of-line drain); when nothing can be admitted, everyone running decodes,
+        and swapped requests come back if nothing was preempted."""
+        if not self.swapped:
+            self._admit(plan, now_s, self.config.max_num_batched_tokens)
+            if plan.prefills:
+                return []
+        victims, _ = self._run_running(plan, budget=None)
+        if not victims:
+            self._swap_in_all(plan)
+        return victims
+
+    def _step_chunked(self, plan: StepPlan, now_s: float) -> list[SequenceGroup]:
+        """vLLM v1 / Sarathi-Serve: running requests first (one token per decoding
+        sequence, the next chunk of a chunked prefill), then new prompts fill what is
+        left of the token budget, a long one split across steps."""
+        victims, budget = self._run_running(plan, self.config.max_num_batched_tokens)
+        if not victims:
+            self._swap_in_all(plan)
+            if not self.swapped and budget:
+                self._admit(plan, now_s, budget, chunked=True)
+        return victims
+
+    def _swap_in_all(self, plan: StepPlan) -> None:
+        """Swapped requests come back first, oldest first."""
+        while self.swapped and self._can_swap_in(self.swapped[0]):
+            self._swap_in(self.swapped.popleft(), plan)
+
+    def _run_running(self, plan: StepPlan, budget: int | None
+                     ) -> tuple[list[SequenceGroup], int | None]:
+        """Give every running group its next tokens, oldest first, preempting the newest
+        requests when memory runs out. ``budget`` (tokens) limits the step, or None.
+        Returns the preempted groups and the budget left."""
+        alloc = self.allocator
+        queue = deque(self.running)
+        self.running = []
+        victims: list[SequenceGroup] = []
+        while queue:
+            group = queue.popleft()
+            if group.prefill_left:  # the next chunk of a chunked prefill
+                want = group.prefill_left if budget is None else min(group.prefill_left, budget)
+                fits = lambda g=group, k=want: alloc.can_extend(g.seq_ids[0], k)  # noqa: E731
+            else:
+                want = len(group.seq_ids)
+                fits = lambda g=group: alloc.can_append_all(g.seq_ids)  # noqa: E731
+            if budget is not None and (want == 0 or want > budget):
+                self.running.append(group)  # no budget left this step: it waits
+                continue
+            while not fits():
+                if not queue and not self.running:  # alone, and still no room: never will be
+                    self._reject(group, plan, self._outgrows_reason(group))
+                    break
+                victim = queue.pop() if queue else group
+                self._preempt(victim, plan)
+                victims.append(victim)
+                if victim is group:
+                    break
+            else:
+                if group.prefill_left:
+                    self._prefill_chunk(group, want, plan)
+                else:
+                    self._decode(group, plan)
+                self.running.append(group)
+                if budget is not None:
+                    budget -= want
+        return victims, budget
+
+    def _prefill_chunk(self, group: SequenceGroup, num_tokens: int, plan: StepPlan) -> None:
+        seq_id = group.seq_ids[0]
+        plan.cow_copies.extend(self.allocator.extend(seq_id, num_tokens))
+        start = self.allocator.seq_len(seq_id) - num_tokens
+        group.prefill_left -= num_tokens
+        plan.prefills.append(PrefillItem(group.request.request_id, seq_id, num_tokens,
+                                         group.num_output > 0, start, not group.prefill_left))
+        plan.num_prefill_tokens += num_tokens
+        plan.kv_tokens_read += start  # the chunk attends to what is already cached
+        plan.num_batched_requests += 1
 
     # --------------------------------------------------------------- decoding
     def _decode(self, group: SequenceGroup, plan: StepPlan) -> None:
@@ -231,7 +307,7 @@ class Scheduler:
 
     def _after_sampling(self, plan: StepPlan, now_s: float) -> None:
         """Every group that ran this step sampled one more token (all its sequences)."""
-        rids = dict.fromkeys(p.request_id for p in plan.prefills)
+        rids = dict.fromkeys(p.request_id for p in plan.prefills if p.last)
         rids.update(dict.fromkeys(plan.decode_request_ids))
         any_finished = False
         for rid in rids:
@@ -303,6 +379,7 @@ class Scheduler:
                 self.allocator.free(seq_id)
             plan.frees.extend(group.seq_ids)
             group.status = "waiting"
+            group.prefill_left = 0  # a recomputation starts its prefill over
             if len(group.seq_ids) > 1:  # restart: prefill once and fork again (sharing back)
                 group.seq_ids = [self._new_seq_id()]
                 group.num_output = 0
@@ -329,10 +406,16 @@ class Scheduler:
     def _num_running_seqs(self) -> int:
         return sum(len(g.seq_ids) for g in self.running)
 
-    def _admit(self, plan: StepPlan, now_s: float) -> None:
+    def _admit(self, plan: StepPlan, now_s: float, budget: int, chunked: bool = False) -> None:
+        """Admit waiting requests in arrival order (FCFS) within ``budget`` prefill tokens.
+
+        ``chunked``: a single-sequence request whose prefill exceeds what is left of the
+        budget starts with a chunk (the rest follows in later steps); otherwise a prompt
+        larger than the whole budget is rejected (v0), and a recomputation larger than it
+        (a preempted request's prompt plus its generated tokens) runs alone.
+        """
         cfg = self.config
         num_seqs = self._num_running_seqs()
-        budget = cfg.max_num_batched_tokens - len(plan.decode_seq_ids)
         while self.waiting:
             group = self.waiting[0]
             recompute = group.num_output > 0
@@ -344,35 +427,46 @@ class Scheduler:
                              f"it runs {width} sequences at once, more than max_num_seqs "
                              f"({cfg.max_num_seqs})")
                 continue
+            can_chunk = chunked and width == 1
+            if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
+                self._reject(self.waiting.popleft(), plan,
+                             f"{self._describe(group)}: its prompt is longer than "
+                             f"max_num_batched_tokens ({cfg.max_num_batched_tokens}), the "
+                             "most one step prefills (the chunked policy would split it)")
+                continue
             if num_seqs + width > cfg.max_num_seqs:
                 break
-            # A prefill larger than the whole token budget (a long prompt, or a preempted
-            # group recomputing several sequences) would wait forever: let it run alone.
-            alone = not plan.prefills and not plan.decode_seq_ids
-            if prefill_tokens > budget and not alone:
+            chunk = min(num_tokens, budget) if can_chunk else num_tokens
+            if chunk == 0:
                 break
-            if not self._allocate_group(group, num_tokens, recompute):
+            # A recomputation larger than the whole token budget would wait forever: it
+            # runs alone.
+            alone = not plan.prefills and not plan.decode_seq_ids
+            if prefill_tokens > budget and not can_chunk and not alone:
+                break
+            if not self._allocate_group(group, chunk, recompute):
                 if self.allocator.num_seqs or self.running:
                     break  # memory will be released: wait
                 # Nothing else holds memory. The watermark keeps room for running requests'
                 # growth; with none running it must not keep a request out for good.
-                if not self._allocate_group(group, num_tokens, recompute, watermark=0.0):
+                if not self._allocate_group(group, chunk, recompute, watermark=0.0):
                     self._reject(self.waiting.popleft(), plan,
-                                 self._no_fit_reason(group, num_tokens, recompute))
+                                 self._no_fit_reason(group, chunk, recompute))
                     continue
             self.waiting.popleft()
             group.status = "running"
+            group.prefill_left = num_tokens - chunk
             if group.first_scheduled_s is None:
                 group.first_scheduled_s = now_s
             for seq_id in group.seq_ids:
-                plan.prefills.append(
-                    PrefillItem(group.request.request_id, seq_id, num_tokens, recompute)
-                )
-            plan.num_prefill_tokens += prefill_tokens
+                plan.prefills.append(PrefillItem(group.request.request_id, seq_id, chunk,
+                                                 recompute, 0, not group.prefill_left))
+            done = chunk * (len(group.seq_ids) if recompute else 1)
+            plan.num_prefill_tokens += done
             plan.num_batched_requests += 1
             self.running.append(group)
             num_seqs += width
-            budget -= prefill_tokens
+            budget -= done
 
     def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool,
                         watermark: float | None = None) -> bool:

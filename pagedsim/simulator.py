@@ -87,6 +87,8 @@ def simulate(
     ``on_step(scheduler, plan)`` is called after each step is scheduled, e.g. to
     capture allocator snapshots for a step-through picture.
     """
+    # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.cost).
+    cost = cost.with_block_size(allocator.kernel_block_slots)
     sched = Scheduler(allocator, config)
     reqs = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
     result = SimResult(scheme=scheme, capacity_slots=allocator.capacity_slots)

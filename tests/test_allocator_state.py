@@ -161,6 +161,21 @@ class AllocatorMachine(RuleBasedStateMachine):
         self.tokens[seq].append(value)
 
     @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), k=st.integers(0, 20))
+    def extend(self, data, k):
+        """A chunk of k tokens (chunked prefill): can_extend predicts it exactly."""
+        seq = data.draw(st.sampled_from(sorted(self.tokens)))
+        if not self.alloc.can_extend(seq, k):
+            self._expect_failure(lambda: self.alloc.extend(seq, k), OutOfMemoryError)
+            return
+        apply_copies(self.mem, self.mem, self.alloc.extend(seq, k))
+        n = len(self.tokens[seq])
+        for i in range(n, n + k):
+            value = self._value()
+            self.mem[self.alloc.slot_of(seq, i)] = value
+            self.tokens[seq].append(value)
+
+    @precondition(lambda self: self.tokens)
     @rule(data=st.data())
     def append_group(self, data):
         """can_append_all predicts exactly whether a whole group's appends succeed."""

@@ -52,10 +52,11 @@ def requests(draw) -> list[Request]:
     max_num_seqs=st.sampled_from([1, 2, 8, 256]),
     max_num_batched_tokens=st.sampled_from([16, 64, 2048]),
     watermark=st.sampled_from([0.0, 0.01, 0.3]),
+    policy=st.sampled_from(["v0", "chunked"]),
 )
 def test_every_request_finishes_once_or_is_rejected(
     scheme, reqs, capacity, block_size, head_dim, preemption, cpu_swap_slots, max_num_seqs,
-    max_num_batched_tokens, watermark,
+    max_num_batched_tokens, watermark, policy,
 ):
     model = _model(head_dim)
     try:
@@ -66,7 +67,7 @@ def test_every_request_finishes_once_or_is_rejected(
     config = SchedulerConfig(max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens,
                              watermark=watermark, preemption=preemption,
-                             cpu_swap_slots=cpu_swap_slots)
+                             cpu_swap_slots=cpu_swap_slots, policy=policy)
     finished: Counter[int] = Counter()
 
     def check(sched, plan) -> None:

@@ -97,6 +97,9 @@ class Allocator(Protocol):
     """
 
     capacity_slots: int  # token slots in the pool
+    #: Slots the attention kernel reads per block-table lookup; None when it reads each
+    #: request's K/V contiguously (the cost model charges block lookups, see pagedsim.cost).
+    kernel_block_slots: int | None
     #: Called as ``on_release(start_slot, num_slots)`` for memory going back to the free
     #: pool, so a real cache can scrub it.
     on_release: Callable[[int, int], None] | None
@@ -116,6 +119,13 @@ class Allocator(Protocol):
 
     def append_slot(self, seq_id: SeqId) -> AppendResult:
         """Room for one new token: ``(slot, copy_or_None)``."""
+
+    def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
+        """Whether ``extend(seq_id, num_tokens)`` would succeed."""
+
+    def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
+        """Room for ``num_tokens`` more tokens of one sequence (the next chunk of a
+        chunked prefill); returns the copies to carry out first. All or nothing."""
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
         """``child_id`` holds the same tokens as ``parent_id`` (using room held for it by

@@ -4,7 +4,9 @@ Each sequence gets one contiguous run of slots in a linear arena, reserved up fr
 for the longest it might become, because a contiguous region cannot grow in place:
 
 - ``max``: ``max_model_len`` slots for everyone (the output length is unknown);
-- ``pow2``: the next power of two of the true final length (a better guess);
+- ``pow2``: the prompt plus the next power of two of the true output length, capped at
+  ``max_model_len`` (the vLLM paper's Orca (Pow2): "if the true output length is 25, it
+  reserves 32 positions for outputs", an over-reservation of at most 2x);
 - ``oracle``: exactly the true final length (an upper bound on what any
   reservation scheme could do).
 
@@ -74,6 +76,7 @@ class ContiguousAllocator:
         else:
             self._arena = Arena(self.capacity_slots, best_fit=self.placement == "best-fit")
         self._regions: dict[SeqId, _Region] = {}
+        self.kernel_block_slots: int | None = None  # a region is read contiguously
         # Children whose regions are held (empty) from their request's admission, so that
         # forking them later cannot fail; ``fork`` fills them.
         self._held: set[SeqId] = set()
@@ -153,8 +156,8 @@ class ContiguousAllocator:
                 )
         if self.reservation == "max":
             want = self.max_model_len
-        elif self.reservation == "pow2":
-            want = min(next_pow2(final), self.max_model_len)
+        elif self.reservation == "pow2":  # what is still to come is over-reserved, <= 2x
+            want = min(num_tokens + next_pow2(final - num_tokens), self.max_model_len)
         else:
             want = final
         return max(want, 1)
@@ -172,6 +175,20 @@ class ContiguousAllocator:
     def can_append(self, seq_id: SeqId) -> bool:
         r = self._get(seq_id)
         return r.num_tokens < r.size
+
+    def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
+        """Whether ``num_tokens`` more tokens fit in the sequence's region."""
+        r = self._get(seq_id)
+        return r.num_tokens + check_int("num_tokens", num_tokens, minimum=0) <= r.size
+
+    def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
+        """``num_tokens`` more slots of the region, or OutOfMemoryError; never copies."""
+        if not self.can_extend(seq_id, num_tokens):
+            r = self._get(seq_id)
+            raise OutOfMemoryError(f"sequence {seq_id!r} holds {r.num_tokens} of its region's "
+                                   f"{r.size} slots; {num_tokens} more do not fit")
+        self._regions[seq_id].num_tokens += num_tokens
+        return []
 
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         return all(self.can_append(s) for s in seq_ids)
@@ -193,10 +210,15 @@ class ContiguousAllocator:
             for seq_id in seq_ids:
                 self.allocate(seq_id, num_tokens, final_len)
                 taken.append(seq_id)
-            for child in fork_ids:
-                self.allocate(child, 0, final_len)
-                taken.append(child)
-                self._held.add(child)
+            if fork_ids:  # a fork gets a region the size of its parent's
+                size = self._region_size(self.reserve_slots(num_tokens, final_len))
+                for child in fork_ids:
+                    if child in self._regions:
+                        raise ValueError(f"sequence id {child!r} already exists")
+                    self._regions[child] = _Region(self._place(child, size), size, 0,
+                                                   final_len)
+                    taken.append(child)
+                    self._held.add(child)
         except Exception as exc:
             for seq_id in reversed(taken):  # frees merge back exactly: nothing changed
                 self.free(seq_id)

@@ -45,6 +45,7 @@ class PagedAllocator:
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.block_size = check_int("block_size", block_size, minimum=1)
         self.capacity_slots = self.num_blocks * self.block_size
+        self.kernel_block_slots: int | None = self.block_size  # read through block tables
         # Free list used as a stack; reversed so the first allocations get blocks 0, 1, 2...
         self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))
         self._ref: list[int] = [0] * self.num_blocks
@@ -155,6 +156,28 @@ class PagedAllocator:
         for block, k in shared_last.items():
             needed += k - 1 if k == ref[block] else k
         return needed
+
+    def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
+        """Whether ``num_tokens`` more tokens fit (a shared partial last block is copied)."""
+        seq = self._get(seq_id)
+        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+        n, bs = seq.num_tokens, self.block_size
+        need = -(-(n + num_tokens) // bs) - len(seq.table)
+        if num_tokens and n % bs and self._ref[seq.table[-1]] > 1:
+            need += 1  # copy-on-write of the shared last block
+        return need <= len(self._free)
+
+    def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
+        """Room for ``num_tokens`` more tokens, or OutOfMemoryError and nothing changed."""
+        if not self.can_extend(seq_id, num_tokens):
+            raise OutOfMemoryError(f"no room for {num_tokens} more tokens of sequence "
+                                   f"{seq_id!r} ({len(self._free)} free blocks)")
+        copies = []
+        for _ in range(num_tokens):
+            _, copy = self.append_slot(seq_id)
+            if copy is not None:
+                copies.append(copy)
+        return copies
 
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         return self.append_blocks_needed(seq_ids) <= len(self._free)

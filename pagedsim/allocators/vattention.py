@@ -56,6 +56,7 @@ class VAttentionAllocator(PagedAllocator):
                  max_regions: int = 256) -> None:
         super().__init__(num_pages, page_tokens)
         self.page_tokens = self.block_size
+        self.kernel_block_slots = None  # the kernel reads a virtually contiguous tensor
         self.max_model_len = check_int("max_model_len", max_model_len, minimum=1)
         self.max_regions = check_int("max_regions", max_regions, minimum=1)
         # Pages held for samples to be forked: child -> (pages, final_len).
@@ -161,6 +162,12 @@ class VAttentionAllocator(PagedAllocator):
             self._release_held(seq_id, report=True)
         else:
             super().free(seq_id)
+
+    def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
+        """Whether the pages fit and the virtual region holds the longer sequence."""
+        if not super().can_extend(seq_id, num_tokens):
+            return False
+        return self._get(seq_id).num_tokens + num_tokens <= self.max_model_len
 
     # --------------------------------------------------------------- swapping
     def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
