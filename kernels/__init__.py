@@ -22,11 +22,13 @@ from .cache_ops import (
 )
 from .kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache, SwappedKV
 from .model import Decoder, Generation, ModelConfig
+from .vattention_cache import VAttentionKVCache
 
 # The scheme registry learns which cache mirrors which allocator family (pagedsim itself
 # never imports torch, so the registration happens here).
 register_kv_cache("paged", PagedKVCache)
 register_kv_cache("contiguous", ContiguousKVCache)
+register_kv_cache("vattention", VAttentionKVCache)
 
 
 def backend_name() -> str:
@@ -48,6 +50,7 @@ __all__ = [
     "ModelConfig",
     "PagedKVCache",
     "SwappedKV",
+    "VAttentionKVCache",
     "backend_name",
     "choose_num_splits",
     "copy_blocks",
