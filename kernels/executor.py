@@ -13,10 +13,13 @@ else writes there. So at every step, the slots that are not NaN are exactly the 
 holding a live token's K/V, which :mod:`kernels.measure` counts and holds against the
 simulator's accounting.
 
-Order of work in a step (see :mod:`pagedsim.plan`): read swap-outs to the CPU, scrub
-released memory, fork copies, copy-on-write copies, swap-ins, then the model (prefills,
-then decodes). Scrubbing comes after the swap-out reads (they need the data) and before
-every write (released memory may already be handed out again this step).
+Order of work in a step (see :mod:`pagedsim.plan`): scrub released memory (except what
+this step swaps out), fork copies, read swap-outs to the CPU and scrub them,
+copy-on-write copies, swap-ins, then the model (prefills, then decodes). Forks come
+first because the scheduler forks before it preempts: a fork writes only into memory
+it held before any preemption of this step, and a group may fork and be swapped out in
+the same step (its children's K/V must be in place when the swap-out reads it).
+Swap-out reads come before every write into memory this step's preemptions released.
 """
 
 from __future__ import annotations
@@ -78,6 +81,22 @@ class RealExecutor:
         probs = torch.softmax(logits / self.temperature, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self.gen))
 
+    def _scrub(self, runs: list[tuple[int, int]], keep: set[int] | None = None,
+               only: set[int] | None = None) -> None:
+        """Refill released slots with the NaN sentinel in every layer: all of ``runs``
+        except the slots in ``keep``, or only those in ``only``."""
+        slots = [s for start, n in runs for s in range(start, start + n)]
+        if keep:
+            slots = [s for s in slots if s not in keep]
+        if only is not None:
+            slots = [s for s in slots if s in only]
+        if not slots:
+            return
+        idx = torch.tensor(slots, dtype=torch.int64, device=self.cache.config.device)
+        for k_cache, v_cache in zip(self.cache.k_caches, self.cache.v_caches, strict=True):
+            self._flat(k_cache)[idx] = float("nan")
+            self._flat(v_cache)[idx] = float("nan")
+
     def _slot_index(self, runs: list[tuple[int, int]]) -> torch.Tensor:
         idx = [s for start, n in runs for s in range(start, start + n)]
         return torch.tensor(idx, dtype=torch.int64, device=self.cache.config.device)
@@ -92,24 +111,31 @@ class RealExecutor:
         """Carry out one plan; the scheduler has already updated the allocator."""
         cache = self.cache
         self.num_steps += 1
-        # 1. Swap-outs: read the K/V out before the scrub (the blocks are already free).
-        for group in plan.swap_outs:
-            self.swapped[id(group)] = cache.read_swapped(group)
-        # 2. Scrub everything released since the last step.
-        if self._released:
-            idx = self._slot_index(self._released)
-            for k_cache, v_cache in zip(cache.k_caches, cache.v_caches, strict=True):
-                self._flat(k_cache)[idx] = float("nan")
-                self._flat(v_cache)[idx] = float("nan")
-            self._released.clear()
-        # 3. Forks: the child gets the parent's tokens (copied if contiguous) and samples
-        #    its own next token from the parent's last logits.
+        # Swap-out sources are released memory too; they are scrubbed after being read.
+        swap_src = {c.src_slot + i for g in plan.swap_outs for c in g.out_copies
+                    for i in range(c.num_slots)}
+        swapped_ids = {s for g in plan.swap_outs for s in g.seq_ids}
+        # 1. Scrub memory released since the last step (finished requests, dropped beams,
+        #    recomputed groups); this step's forks and appends may already reuse it.
+        self._scrub(self._released, keep=swap_src)
+        # 2. Forks: the child gets the parent's tokens (copied where the scheme does not
+        #    share) and samples its own next token from the parent's last logits. They run
+        #    before the swap-out reads: a group may fork and be swapped out in one step.
+        #    A child recomputed in this same step is gone: its copy would only leave
+        #    garbage in freed memory.
         for fork in plan.forks:
-            cache.run_copies(fork.copies)
+            if fork.child_id in cache or fork.child_id in swapped_ids:
+                cache.run_copies(fork.copies)
             self.tokens[fork.child_id] = list(self.tokens[fork.parent_id])
             logits = self.last_logits[fork.parent_id]
             self.last_logits[fork.child_id] = logits
             self.pending[fork.child_id] = self._sample(logits)
+        # 3. Swap-outs: read the K/V out (the blocks are already free in the allocator and
+        #    may be handed out again below), then scrub them.
+        for group in plan.swap_outs:
+            self.swapped[id(group)] = cache.read_swapped(group)
+        self._scrub(self._released, only=swap_src)
+        self._released.clear()
         # 4. Copy-on-write copies of this step's appends.
         cache.run_copies(plan.cow_copies)
         # 5. Swap-ins: CPU buffers into the new slots.

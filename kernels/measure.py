@@ -124,7 +124,9 @@ def requests_for(cfg: MeasureConfig) -> list[pagedsim.Request]:
 def _allocator(cfg: MeasureConfig, scheme: str):
     """The allocator the simulator alone uses: configured exactly like the cache's."""
     return pagedsim.make_allocator(scheme, cfg.capacity_slots, cfg.block_size,
-                                   cfg.max_model_len, align_slots=cfg.block_size)
+                                   cfg.max_model_len, model=model_spec(cfg.model,
+                                                                        cfg.max_model_len),
+                                   align_slots=cfg.block_size)
 
 
 def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None,

@@ -7,13 +7,17 @@ executor (``kernels.executor``) moves K/V data and runs a model. A real executor
 apply the plan's data movements in this order, which is the order in which the
 scheduler took and released memory, so that no slot is overwritten before it is read:
 
-1. ``swap_outs``: GPU -> CPU copies of preempted groups (their blocks are already free
-   in the allocator and may be handed out again below, so read them first; no fork
-   writes into them, because forks happen before preemption);
-2. ``forks``: copies that give forked sequences their parent's tokens (contiguous only);
-3. ``cow_copies``: copy-on-write block copies of this step's appends;
-4. ``swap_ins``: CPU -> GPU copies of groups coming back;
-5. then run the model: ``prefills`` write their prompt's K/V, ``decodes`` write one
+1. scrub (if it keeps a sentinel) memory released before this step's forks, that is
+   everything released except this step's ``swap_outs`` sources;
+2. ``forks``: copies that give forked sequences their parent's tokens (schemes that do
+   not share). The scheduler forks before it preempts, so a fork writes only into
+   memory it held before any preemption of this step; a group may fork and then be
+   swapped out in the same step, so forks run before the swap-out reads;
+3. ``swap_outs``: GPU -> CPU copies of preempted groups (their blocks are already free
+   in the allocator and may be handed out again below, so read them now);
+4. ``cow_copies``: copy-on-write block copies of this step's appends and chunks;
+5. ``swap_ins``: CPU -> GPU copies of groups coming back;
+6. then run the model: ``prefills`` write their prompt's K/V, ``decodes`` write one
    token each into ``decode_slots`` and attend over their sequence.
 
 Sequences in ``frees`` were released before anything else (finished, dropped beams,

@@ -139,6 +139,11 @@ class Scheduler:
         self._children: dict[int, list[SeqId]] = {}  # request id -> samples to fork
         self.num_preemptions = 0
         self.num_rejected = 0
+        # Memory only comes back when the scheduler releases some: count releases, and
+        # skip re-trying an admission that failed since the last one (the simulator's hot
+        # path: a saturated run tries the head of the queue at every step).
+        self._releases = 0
+        self._blocked: tuple[SequenceGroup, int, int] | None = None  # group, chunk, epoch
         self.num_swaps_out = 0
         self.num_swaps_in = 0
         self.num_cow_copies = 0
@@ -180,17 +185,21 @@ class Scheduler:
         alloc = self.allocator
 
         # 1. What the previous step decided.
+        if self._to_free:
+            self._releases += 1
         for seq_id in self._to_free:
             alloc.free(seq_id)
         plan.frees.extend(self._to_free)
         self._to_free = []
         for group in self.running:
             if group.pending_frees:
+                self._releases += 1
                 for seq_id in group.pending_frees:
                     alloc.free(seq_id)
                 plan.frees.extend(group.pending_frees)
                 group.pending_frees = []
             if group.pending_forks:
+                self._releases += 1  # a fork into held room may move it (a new hole layout)
                 for parent, child in group.pending_forks:
                     plan.forks.append(ForkItem(parent, child, alloc.fork(parent, child)))
                 group.pending_forks = []
@@ -252,16 +261,16 @@ class Scheduler:
         victims: list[SequenceGroup] = []
         while queue:
             group = queue.popleft()
-            if group.prefill_left:  # the next chunk of a chunked prefill
-                want = group.prefill_left if budget is None else min(group.prefill_left, budget)
-                fits = lambda g=group, k=want: alloc.can_extend(g.seq_ids[0], k)  # noqa: E731
+            chunk = group.prefill_left  # > 0: the next chunk of a chunked prefill
+            if chunk:
+                want = chunk if budget is None else min(chunk, budget)
             else:
                 want = len(group.seq_ids)
-                fits = lambda g=group: alloc.can_append_all(g.seq_ids)  # noqa: E731
             if budget is not None and (want == 0 or want > budget):
                 self.running.append(group)  # no budget left this step: it waits
                 continue
-            while not fits():
+            while not (alloc.can_extend(group.seq_ids[0], want) if chunk
+                       else alloc.can_append_all(group.seq_ids)):
                 if not queue and not self.running:  # alone, and still no room: never will be
                     self._reject(group, plan, self._outgrows_reason(group))
                     break
@@ -271,7 +280,7 @@ class Scheduler:
                 if victim is group:
                     break
             else:
-                if group.prefill_left:
+                if chunk:
                     self._prefill_chunk(group, want, plan)
                 else:
                     self._decode(group, plan)
@@ -359,6 +368,7 @@ class Scheduler:
     # ------------------------------------------------------------- preemption
     def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
         self.num_preemptions += 1
+        self._releases += 1
         group.num_preemptions += 1
         plan.preempted.append(group.request.request_id)
         slots = self.allocator.swap_out_slots(group.seq_ids)
@@ -444,8 +454,13 @@ class Scheduler:
             alone = not plan.prefills and not plan.decode_seq_ids
             if prefill_tokens > budget and not can_chunk and not alone:
                 break
+            blocked = self._blocked
+            if (blocked is not None and blocked[0] is group and chunk >= blocked[1]
+                    and blocked[2] == self._releases):
+                break  # it did not fit, and nothing was released since
             if not self._allocate_group(group, chunk, recompute):
                 if self.allocator.num_seqs or self.running:
+                    self._blocked = (group, chunk, self._releases)
                     break  # memory will be released: wait
                 # Nothing else holds memory. The watermark keeps room for running requests'
                 # growth; with none running it must not keep a request out for good.
@@ -493,6 +508,7 @@ class Scheduler:
     def _reject(self, group: SequenceGroup, plan: StepPlan, reason: str) -> None:
         """The request can never run: release what it holds and say why."""
         rid = group.request.request_id
+        self._releases += 1
         held = [c for c in self._children.pop(rid, []) if c in self.allocator]
         owned = [s for s in group.seq_ids if s in self.allocator] + held
         for seq_id in owned:

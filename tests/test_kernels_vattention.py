@@ -5,11 +5,9 @@ Configs are chosen so that pages hold a few tokens: a 64 KiB page over fp32 rows
 page, 4 x 256 x 4 = 4 KiB -> 16. The Triton interpreter is slow, so only the decoder
 test and the attention test run it; the rest use the torch backend or no kernel.
 
-Measured vs simulated is run without swap preemption on purpose: when the scheduler
-forks a group's samples and swaps the group out in the same step, RealExecutor reads
-the swap-out (step 1 of its order) before it carries out the fork copies (step 3), so
-the children are swapped out holding no K/V and later read the NaN sentinel. Paged
-forks copy nothing, so only schemes whose forks copy (vattention, contiguous) see it.
+Measured vs simulated runs with recompute and with swap preemption; one test forces a
+group to fork and be swapped out in the same step (the executor once read the
+swap-out before the fork copies, and the children came back as NaN).
 """
 
 from __future__ import annotations
@@ -326,18 +324,7 @@ def test_parallel_sampling_matches_the_paged_cache_and_copies_pages(model: Decod
 
 @pytest.fixture
 def measure_with_model(monkeypatch):
-    """``kernels.measure`` builds the simulator's allocator without the model, which a
-    vattention scheme needs to size its pages (pagedsim raises "needs the model"). Until
-    measure.py passes it, give it the model here, exactly as the fix would."""
-    import kernels.measure as km
-
-    def allocator(cfg: MeasureConfig, scheme: str):
-        return pagedsim.make_allocator(scheme, cfg.capacity_slots, cfg.block_size,
-                                       cfg.max_model_len,
-                                       model=model_spec(cfg.model, cfg.max_model_len),
-                                       align_slots=cfg.block_size)
-
-    monkeypatch.setattr(km, "_allocator", allocator)
+    """Count the forks that copied pages in each step the real executor runs."""
     forks: list[int] = []
     execute = RealExecutor.execute
 
@@ -374,12 +361,33 @@ def test_vattention_measured_token_slots_equal_simulated_at_every_step(
 
 def test_vattention_measurement_stays_exact_under_preemption(measure_with_model) -> None:
     # A pool of 20 pages for 8 requests, and no CPU swap space: preempted groups are
-    # recomputed. (With swap space the run currently fails: see the module docstring.)
+    # recomputed.
     m = measure_scheme(vattention_measure(num_requests=8, num_blocks=40, cpu_swap_slots=0),
                        "vattention-64k", progress=False)
     f = m.frame
     assert f["preemptions"].sum() > 0
     assert (f["meas_token_slots"] == f["sim_token"]).all()
+
+
+def test_fork_and_swap_out_in_one_step_keeps_the_children(monkeypatch) -> None:
+    """A group may fork its samples and be swapped out in the same step: the executor
+    must copy the children's pages before it reads the swap-out (it used to read first,
+    and the children came back from the CPU as NaN)."""
+    both: list[int] = []
+    execute = RealExecutor.execute
+
+    def watching(self, scheduler, plan) -> None:
+        forked = {f.child_id for f in plan.forks}
+        if any(forked & set(g.seq_ids) for g in plan.swap_outs):
+            both.append(plan.step)
+        execute(self, scheduler, plan)
+
+    monkeypatch.setattr(RealExecutor, "execute", watching)
+    m = measure_scheme(vattention_measure(num_requests=10, num_blocks=100,
+                                          preemption="swap"), "vattention-64k",
+                       progress=False)
+    assert both, "the run never forked and swapped out a group in one step"
+    assert m.max_token_gap_slots == 0
 
 
 def test_page_arithmetic_matches_the_model_spec() -> None:
