@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..scheduler import PREEMPTION_MODES
+from ..scheduler import POLICIES, PREEMPTION_MODES
 from ..specs import GPUS, MODELS
 from ..traces import ON_TOO_LONG, TraceError
 from ..units import GiB
@@ -85,6 +85,10 @@ def add_experiment_options(p: argparse.ArgumentParser, workload_default: str | N
                    choices=PREEMPTION_MODES,
                    help="what to do with a preempted request (default recompute; the "
                         "sharing sweep swaps, as vLLM does for multi-sequence groups)")
+    p.add_argument("--policy", default="v0", choices=POLICIES,
+                   help="scheduling policy: v0 (default, the paper's vLLM: a step prefills "
+                        "or decodes) or chunked (vLLM v1: decodes first, prompts split "
+                        "into chunks that fill the token budget)")
     p.add_argument("--swap-gb", type=gib_to_bytes, default=4 * GiB, metavar="GIB",
                    help="CPU swap space in GiB for --preemption swap (default 4, vLLM's)")
     p.add_argument("--seed", type=whole, default=0, metavar="SEED",
@@ -115,6 +119,7 @@ def experiment(args: argparse.Namespace, workload: str | None = None,
         activation_bytes=args.activation_gb, weights_bytes=args.weights_gb,
         workload=workload, seed=args.seed, n=args.n, beam_width=args.beam_width,
         block_size=args.block_size, preemption=args.preemption or preemption,
+        policy=args.policy,
         swap_bytes=args.swap_gb, on_too_long=args.on_too_long or "clip",
         skip_zero_output=args.skip_zero_output,
     )

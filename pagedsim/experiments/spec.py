@@ -16,7 +16,7 @@ from typing import Any
 from ..accounting import CATEGORIES
 from ..budget import kv_budget
 from ..cost import CostModel
-from ..scheduler import PREEMPTION_MODES, SchedulerConfig
+from ..scheduler import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from ..schemes import get_scheme
 from ..specs import get_gpu, get_model
 from ..traces import ON_TOO_LONG, Trace, TraceError, load_trace
@@ -82,6 +82,7 @@ class Experiment:
     beam_width: int = 1
     block_size: int = 16
     preemption: str = "recompute"
+    policy: str = "v0"  # scheduler policy: v0 or chunked (see pagedsim.scheduler)
     swap_bytes: int = 4 * GiB
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
@@ -108,6 +109,7 @@ class Experiment:
         check_int("swap_bytes", self.swap_bytes, minimum=0)
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
         check_choice("preemption", self.preemption, PREEMPTION_MODES)
+        check_choice("policy", self.policy, POLICIES)
         check_choice("on_too_long", self.on_too_long, ON_TOO_LONG)
         if not isinstance(self.skip_zero_output, bool):
             raise TypeError(f"skip_zero_output must be True or False, "
@@ -167,7 +169,7 @@ class Experiment:
         batched = self.max_num_batched_tokens or max(2048, model.max_model_len)
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=batched,
-            preemption=self.preemption, seed=self.seed,
+            preemption=self.preemption, seed=self.seed, policy=self.policy,
             cpu_swap_slots=self.swap_bytes // model.bytes_per_token,
         )
 
@@ -259,7 +261,7 @@ class Experiment:
         gpus = f"{self.num_gpus} x {self.gpu}" if self.num_gpus > 1 else self.gpu
         return (f"{self.model} on {gpus}, {self.capacity_slots():,} KV slots "
                 f"(block {self.block_size}), {wl}{extra}, seed {self.seed}, "
-                f"preemption by {self.preemption}")
+                f"preemption by {self.preemption}, {self.policy} scheduling")
 
 
 def check_schemes(schemes: Sequence[str]) -> tuple[str, ...]:
