@@ -189,7 +189,7 @@ def make_figures(out: str | os.PathLike[str] = "figures", jobs: int | None = Non
     cmp = compare(Experiment(), jobs=jobs, progress=progress)
     paths += write_compare(cmp, out, max_step_rows=1000)
     tables: dict[str, str] = {}
-    sharing = None
+    frames: dict[str, Any] = {}
     for name in SWEEPS:
         say(f"figures: sweep {name}")
 
@@ -200,10 +200,10 @@ def make_figures(out: str | os.PathLike[str] = "figures", jobs: int | None = Non
 
         df = run_sweep(name, make, jobs=jobs, progress=progress)
         tables[name] = sweep_table(name, df)
-        if name == "sharing":
-            sharing = df
+        frames[name] = df
         paths += write_sweep(name, df, out)
     path = Path(out) / "README.md"
-    path.write_text(figures_readme(cmp, tables, sharing), encoding="utf-8")
+    path.write_text(figures_readme(cmp, tables, frames.get("sharing"),
+                                   frames.get("block-size")), encoding="utf-8")
     paths.append(path)
     return paths
