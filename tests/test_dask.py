@@ -183,6 +183,62 @@ def test_scheduler_without_workers(capsys: pytest.CaptureFixture[str],
     assert "argument --dask:" in err[0] and "has no worker after 1 s" in err[0]
 
 
+@needs_distributed
+def test_cluster_with_other_pagedsim_code_is_refused(
+        threads_cluster: object, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """This process's fingerprint differs from the cluster's (the patched function is
+    sent to the cluster by value and runs there in other threads)."""
+    real = dask_runner_module.code_fingerprint
+
+    def fingerprint() -> str:
+        return "0.0.0 edited" if threading.current_thread().name == "MainThread" else real()
+
+    monkeypatch.setattr(dask_runner_module, "code_fingerprint", fingerprint)
+    status = main([*SWEEP, "--no-write", "--dask", threads_cluster.scheduler_address])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith(f"pagedsim: error: argument --dask: the scheduler runs pagedsim "
+                             f"{real()}, this process 0.0.0 edited")
+
+
+def test_code_fingerprint_names_version_and_source() -> None:
+    from pagedsim import __version__
+
+    version, digest = dask_runner_module.code_fingerprint().split()
+    assert version == __version__ and len(digest) == 12
+    assert dask_runner_module.code_fingerprint() == f"{version} {digest}"
+
+
+class _FakeClient:
+    """Stands in for a ``distributed.Client`` in the liveness checks."""
+
+    def __init__(self, workers: dict[str, int] | Exception) -> None:
+        self.workers = workers
+
+    def nthreads(self) -> dict[str, int]:
+        if isinstance(self.workers, Exception):
+            raise self.workers
+        return self.workers
+
+
+def test_cluster_lost_mid_run() -> None:
+    from pagedsim.experiments.dask_runner import NO_WORKER_GRACE_S, ClusterLost
+
+    runner = DaskRunner("tcp://127.0.0.1:8786")
+    runner.client = _FakeClient({"tcp://w:1": 1})
+    assert runner._check_alive(None) is None
+    assert runner._check_alive(time.monotonic() - 1e6) is None  # workers came back
+    runner.client = _FakeClient({})
+    since = runner._check_alive(None)
+    assert since is not None and runner._check_alive(since) == since  # within the grace
+    with pytest.raises(ClusterLost, match="no worker for"):
+        runner._check_alive(time.monotonic() - NO_WORKER_GRACE_S - 1)
+    runner.client = _FakeClient(OSError("Timed out trying to connect"))
+    with pytest.raises(ClusterLost, match="lost the Dask scheduler .* Timed out"):
+        runner._check_alive(None)
+
+
 def test_missing_distributed_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed fails
     with pytest.raises(DaskError, match=r'pip install "pagedsim\[dask\]"'):

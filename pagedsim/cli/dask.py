@@ -35,8 +35,8 @@ def with_dask(run: Callable[[argparse.Namespace], int]
 
     The runner connects at the first run, so every flag is checked before any connection;
     a cluster that cannot be used is one ``argument --dask`` error (exit status 2). Each
-    configuration that failed twice is one stderr line after the output, and the exit
-    status is then :data:`EXIT_FAILED_RUNS`.
+    configuration that failed twice is one stderr line after the output, as is a cluster
+    lost mid-run, and the exit status is then :data:`EXIT_FAILED_RUNS`.
     """
 
     @functools.wraps(run)
@@ -44,7 +44,7 @@ def with_dask(run: Callable[[argparse.Namespace], int]
         if getattr(args, "dask", None) is None:
             return run(args)
         from ..experiments import dask_runner
-        from ..experiments.dask_runner import DaskError, DaskRunner, RunsFailed
+        from ..experiments.dask_runner import ClusterLost, DaskError, DaskRunner, RunsFailed
 
         runner = DaskRunner(args.dask, workers=args.jobs, lazy=True,
                             connect_timeout_s=dask_runner.CONNECT_TIMEOUT_S)
@@ -52,6 +52,9 @@ def with_dask(run: Callable[[argparse.Namespace], int]
             with runner:
                 status = run(args)
         except RunsFailed:  # nothing to print or write: the failures say why
+            status = EXIT_FAILED_RUNS
+        except ClusterLost as exc:  # mid-run: what was written before stays
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
             status = EXIT_FAILED_RUNS
         except DaskError as exc:
             raise CliError(f"argument --dask: {exc}") from None

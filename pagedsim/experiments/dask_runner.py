@@ -19,8 +19,12 @@ in task order whatever order the workers finish in. What the cluster adds:
   error, while the other configurations still finish. If every configuration of a call
   failed there is nothing to return, and :class:`RunsFailed` is raised.
 
-Workers must import the same pagedsim version (checked when connecting), and a trace
-file given as the workload must be readable at the same path on every worker.
+The scheduler (which unpickles the tasks) and every worker must import the same pagedsim
+code: when connecting, a fingerprint of its source files is compared with this process's,
+so a worker on another version fails at once instead of giving other numbers. A trace file
+given as the workload must be readable at the same path on every worker. A cluster that
+goes away mid-run (the scheduler unreachable, or no worker for :data:`NO_WORKER_GRACE_S`)
+raises :class:`ClusterLost` instead of waiting forever.
 ``distributed`` is an optional dependency (``pip install "pagedsim[dask]"``); this module
 imports it only when a runner starts.
 """
@@ -28,12 +32,15 @@ imports it only when a runner starts.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PagedSimError
@@ -46,6 +53,11 @@ if TYPE_CHECKING:  # pragma: no cover
 CONNECT_TIMEOUT_S = 10.0
 #: Times a configuration is tried before it is reported as failed.
 ATTEMPTS = 2
+#: Seconds a run waits with no worker in the cluster (all died, none came back) before
+#: it gives up with :class:`ClusterLost`.
+NO_WORKER_GRACE_S = 60.0
+#: Seconds between checks that the cluster is still there while no run finishes.
+POLL_S = 2.0
 #: The address that means "start a LocalCluster on this machine for the run".
 LOCAL = "local"
 
@@ -56,6 +68,11 @@ _ACTIVE: contextvars.ContextVar[DaskRunner | None] = contextvars.ContextVar(
 class DaskError(PagedSimError):
     """The Dask cluster cannot be used: ``distributed`` is missing, the scheduler does not
     answer, it has no worker, or its workers run another pagedsim."""
+
+
+class ClusterLost(DaskError):
+    """The cluster went away during a run: the scheduler stopped answering, or it had no
+    worker for :data:`NO_WORKER_GRACE_S` seconds."""
 
 
 class RunsFailed(PagedSimError):
@@ -101,11 +118,22 @@ def _run_task(exp: Experiment, scheme: str, keep_steps: bool) -> Any:
     return runner.run_scheme(exp, scheme, progress=False, keep_steps=keep_steps)
 
 
-def _worker_version() -> str:
-    """The pagedsim version a worker imports (run on each worker when connecting)."""
+def code_fingerprint() -> str:
+    """``"<version> <hash>"``: pagedsim's version and a SHA-256 (first 12 hex digits) of
+    the simulator's source files (``pagedsim/**/*.py`` and package data, without the
+    kernels, by relative path), the same wherever and however pagedsim is installed.
+    Run on the scheduler and on each worker when connecting."""
     from .. import __version__
 
-    return __version__
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    files = [p for p in root.rglob("*") if p.suffix in (".py", ".md") and p.is_file()]
+    for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("kernels/") or "__pycache__" in rel:
+            continue
+        digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return f"{__version__} {digest.hexdigest()[:12]}"
 
 
 def _error_text(exc: BaseException) -> str:
@@ -196,25 +224,47 @@ class DaskRunner:
                             f"{self.connect_timeout_s:g} s ({_error_text(exc)})") from None
 
     def _check_workers(self) -> None:
-        """At least one worker, and every worker imports this pagedsim version."""
-        from .. import __version__
-
+        """At least one worker, and the scheduler and every worker import the same
+        pagedsim code as this process (:func:`code_fingerprint`)."""
         try:
             self.client.wait_for_workers(1, timeout=self.connect_timeout_s)
         except TimeoutError:
             raise DaskError(f"the Dask scheduler at {self.address!r} has no worker after "
                             f"{self.connect_timeout_s:g} s; start some with 'dask worker "
                             "ADDRESS'") from None
+        mine = code_fingerprint()
         try:
-            versions = self.client.run(_worker_version)
-        except Exception as exc:  # an ImportError raised on a worker comes back as it is
-            raise DaskError(f"a Dask worker cannot import pagedsim ({_error_text(exc)}); "
-                            "install the same pagedsim on every worker") from None
-        other = {w: v for w, v in versions.items() if v != __version__}
-        if other:
-            worker, version = next(iter(other.items()))
-            raise DaskError(f"Dask worker {worker} runs pagedsim {version}, this process "
-                            f"{__version__}; install the same version on every worker")
+            theirs = {"the scheduler": self.client.run_on_scheduler(code_fingerprint)}
+            theirs.update(self.client.run(code_fingerprint))
+        except Exception as exc:  # an ImportError raised there comes back as it is
+            raise DaskError(f"the Dask cluster cannot import pagedsim ({_error_text(exc)}); "
+                            "install this pagedsim on the scheduler and every worker"
+                            ) from None
+        for where, fingerprint in theirs.items():
+            if fingerprint != mine:
+                who = where if where == "the scheduler" else f"worker {where}"
+                raise DaskError(f"{who} runs pagedsim {fingerprint}, this process {mine} "
+                                "(version and source hash): install the same pagedsim on "
+                                "the scheduler and every worker")
+
+    def _check_alive(self, lonely_since: float | None) -> float | None:
+        """Raise :class:`ClusterLost` if the scheduler is gone or has had no worker for
+        :data:`NO_WORKER_GRACE_S`; returns when the workers were first found missing
+        (None while there are some)."""
+        try:
+            workers = self.client.nthreads()
+        except Exception as exc:  # OSError, or the client closed after failed reconnects
+            raise ClusterLost(f"lost the Dask scheduler at {self.address!r} mid-run "
+                              f"({_error_text(exc)})") from None
+        if workers:
+            return None
+        now = time.monotonic()
+        if lonely_since is None:
+            return now
+        if now - lonely_since > NO_WORKER_GRACE_S:
+            raise ClusterLost(f"the Dask cluster at {self.address!r} has had no worker for "
+                              f"{NO_WORKER_GRACE_S:g} s mid-run")
+        return lonely_since
 
     def run(self, tasks: Sequence[tuple[Experiment, str]], keep_steps: bool = False,
             on_done: Callable[[], None] | None = None, desc: str = "runs") -> list[Any]:
@@ -251,26 +301,44 @@ class DaskRunner:
             future = submit(i, 1)
             where[future.key] = (i, 1)
             pending.add(future)
-        for future in pending:
-            i, attempt = where.pop(future.key)
-            if future.status == "finished":
-                out[i] = future.result()
-            else:
-                error = _future_error(future)
-                if attempt < ATTEMPTS:
-                    retry = submit(i, attempt + 1)
-                    where[retry.key] = (i, attempt + 1)
-                    pending.add(retry)
-                    continue
-                self.failures.append(Failure(dict(params[i]), error, attempt))
-            future.release()
-            if on_done is not None:
-                on_done()
+        lonely_since: float | None = None
+        while where:
+            # Wait for the next finished futures, checking now and then that there is
+            # still a cluster to wait on.
+            done = pending.next_batch(block=False)
+            if not done:
+                lonely_since = self._check_alive(lonely_since)
+                _wait_one(pending, POLL_S)
+                continue
+            for future in done:
+                i, attempt = where.pop(future.key)
+                if future.status == "finished":
+                    out[i] = future.result()
+                    future.release()
+                else:
+                    error = _future_error(future)
+                    future.release()
+                    if attempt < ATTEMPTS:
+                        retry = submit(i, attempt + 1)
+                        where[retry.key] = (i, attempt + 1)
+                        pending.add(retry)
+                        continue
+                    self.failures.append(Failure(dict(params[i]), error, attempt))
+                if on_done is not None:
+                    on_done()
         failed = self.failures[before:]
         if args and len(failed) == len(args):
             raise RunsFailed(f"every one of the {len(args)} configurations ({desc}) failed "
                              f"{ATTEMPTS} times; first: {failed[0].describe()}")
         return out
+
+
+def _wait_one(pending: Any, timeout_s: float) -> None:
+    """Block until a future in ``pending`` (an ``as_completed``) finishes, at most
+    ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not pending.has_ready() and pending.count() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _future_error(future: Any) -> str:
