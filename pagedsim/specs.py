@@ -85,6 +85,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama-2-13b", 40, 40, 40, 128, 2, _params_bytes(13.0e9), 4096),
         ModelSpec("llama-2-70b", 80, 64, 8, 128, 2, _params_bytes(69.0e9), 4096),  # GQA, 8 kv heads
         ModelSpec("llama-3-8b", 32, 32, 8, 128, 2, _params_bytes(8.03e9), 8192),  # GQA, 8 kv heads
+        # Llama 3.1: the same shapes with a 128K context (Mooncake's prompts average 12K).
+        ModelSpec("llama-3.1-8b", 32, 32, 8, 128, 2, _params_bytes(8.03e9), 131072),
         # The vLLM paper's models (OPT, max 2048 tokens): 13B has 800 KiB per token.
         ModelSpec("opt-13b", 40, 40, 40, 128, 2, 26 * GiB, 2048),
         ModelSpec("opt-66b", 64, 72, 72, 128, 2, 132 * GiB, 2048),

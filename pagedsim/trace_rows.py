@@ -245,9 +245,14 @@ def _read_line(path: str, line: int) -> str | None:
     return None
 
 
-def jsonl_rows(path: str, lines: Iterable[str], skipped: int
+#: Mooncake's trace schema (FAST'25): ``timestamp`` in ms, lengths, ``hash_ids``.
+MOONCAKE_REQUIRED = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def jsonl_rows(path: str, lines: Iterable[str], skipped: int, mooncake: bool = False
                ) -> Iterator[tuple[int, dict[str, object]]]:
-    valid = PAGEDSIM_REQUIRED + PAGEDSIM_OPTIONAL
+    required = MOONCAKE_REQUIRED if mooncake else PAGEDSIM_REQUIRED
+    valid = required if mooncake else PAGEDSIM_REQUIRED + PAGEDSIM_OPTIONAL
     for line, text in enumerate(lines, start=skipped + 1):
         if not text.strip():
             continue
@@ -259,7 +264,7 @@ def jsonl_rows(path: str, lines: Iterable[str], skipped: int
             raise TraceError(path, line, f"not valid JSON ({str(exc).split(':')[0]})") from None
         if not isinstance(obj, dict):
             raise TraceError(path, line, f"expected a JSON object, got {type(obj).__name__}")
-        for name in PAGEDSIM_REQUIRED:
+        for name in required:
             if name not in obj:
                 raise TraceError(path, line, "missing key", column=name)
         unknown = [key for key in obj if key not in valid]

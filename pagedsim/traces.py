@@ -265,8 +265,10 @@ def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
             lines = chain_first(first, file)
             rows: Iterator[tuple[int, dict]]
             if first.lstrip().startswith("{"):
-                schema, header_line = "pagedsim-jsonl", None
-                rows = jsonl_rows(name, lines, skipped)
+                # Mooncake's schema (timestamp in ms, input/output_length, hash_ids) or ours.
+                schema = "mooncake" if '"input_length"' in first else "pagedsim-jsonl"
+                header_line = None
+                rows = jsonl_rows(name, lines, skipped, mooncake=schema == "mooncake")
             else:
                 schema, header_line, rows = csv_rows(name, lines, skipped)
             if schema == "azure" and rebase is False:
@@ -285,11 +287,14 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
            rebase: bool | None, max_requests: int | None) -> Trace:
     azure = schema == "azure"
     parse_ts = timestamp_parser() if azure else None
+    mooncake = schema == "mooncake"
     if azure:
         names = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
+    elif mooncake:  # timestamps in milliseconds; hash_ids name the prompt's 512-token pieces
+        names = {"arrival": "timestamp", "prompt": "input_length", "output": "output_length"}
     else:
         names = {"arrival": "arrival_s", "prompt": "prompt_len", "output": "output_len"}
-    is_json = schema == "pagedsim-jsonl"
+    is_json = schema in ("pagedsim-jsonl", "mooncake")
     requests: list[Request] = []
     too_long: list[int] = []
     zero_output: list[int] = []
@@ -311,6 +316,8 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
             raw = row[column]
             key: float = (parse_ts(raw) if parse_ts is not None else
                           parse_arrival(json_number(raw, False) if is_json else raw))
+            if mooncake:
+                key /= 1000.0  # ms -> s
             if key < prev_key:
                 raise ValueError(f"earlier than the previous row's (line {prev_line}); "
                                  "arrivals must not decrease")
@@ -336,8 +343,14 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
                 raise ValueError("must be an integer >= 1" + (
                     " (skip_zero_output=True skips rows with 0 output tokens)"
                     if output_len == 0 else ""))
-            extras: dict[str, int | None] = {}
-            if not azure:
+            extras: dict[str, object] = {}
+            if mooncake:
+                column = "hash_ids"
+                raw = row[column]
+                if not isinstance(raw, list):
+                    raise ValueError("must be a JSON list of prompt piece ids")
+                extras["prompt_pieces"] = tuple(parse_int(json_number(h, True)) for h in raw)
+            elif not azure:
                 for column in ("n", "beam_width"):
                     if column in row:
                         raw = row[column]

@@ -102,6 +102,12 @@ class Request:
     n: int = 1
     beam_width: int = 1
     prefix_id: int | None = None
+    #: What the prompt holds, in a compact form: ids of its consecutive pieces of
+    #: ``prompt_piece_tokens`` tokens each (the last may be partial), as Mooncake's
+    #: ``hash_ids``. Two prompts whose tuples start with the same k ids share their first
+    #: k pieces of tokens (see :mod:`pagedsim.prompts`); None: a prompt shared with nobody.
+    prompt_pieces: tuple[int, ...] | None = None
+    prompt_piece_tokens: int = 512
 
     def __post_init__(self) -> None:
         # Coerce numpy scalars to plain Python numbers so requests hash, compare and
@@ -121,6 +127,18 @@ class Request:
         if self.prefix_id is not None:
             set_(self, "prefix_id", check_int(f"request {self.request_id}: prefix_id",
                                               self.prefix_id, minimum=0))
+        if self.prompt_pieces is not None:
+            check_int(f"request {self.request_id}: prompt_piece_tokens",
+                      self.prompt_piece_tokens, minimum=1)
+            pieces = tuple(check_int(f"request {self.request_id}: prompt_pieces", p, minimum=0)
+                           for p in self.prompt_pieces)
+            need = -(-self.prompt_len // self.prompt_piece_tokens)
+            if len(pieces) < need:
+                raise ValueError(
+                    f"request {self.request_id}: {len(pieces)} prompt pieces of "
+                    f"{self.prompt_piece_tokens} tokens cannot hold {self.prompt_len} tokens "
+                    f"(need {need})")
+            set_(self, "prompt_pieces", pieces[:need])
 
     @property
     def final_len(self) -> int:

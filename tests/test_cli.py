@@ -142,8 +142,9 @@ def test_every_registered_command_has_a_runner() -> None:
     parser = build_parser()
     assert len(parser.command_names) == len(COMMANDS)
     for name in parser.command_names:
-        args = parser.parse_args([name] + (["--model", "opt-13b", "--gpu", "a100-80gb"]
-                                           if name == "budget" else []))
+        extra = {"budget": ["--model", "opt-13b", "--gpu", "a100-80gb"],
+                 "cache-replay": ["trace.jsonl"]}.get(name, [])
+        args = parser.parse_args([name, *extra])
         assert callable(args.run)
 
 

@@ -11,6 +11,7 @@ Commands:
   throughput, beside the vLLM paper's Figure 2 / Figure 13 (:mod:`pagedsim.experiments`).
 - ``sweep``   block size, request rate, n / beam width, swap vs recompute.
 - ``figures`` regenerate every committed figure under ``figures/``.
+- ``cache-replay`` prefix-cache hit rate of a trace against capacity (Mooncake's Figure 9).
 
 Units: every "GB" in a flag or in the output is a binary gigabyte, 1 GiB = 2**30 bytes
 (as ``nvidia-smi`` and the vLLM paper's arithmetic count; see :mod:`pagedsim.units`).
@@ -40,6 +41,7 @@ from collections.abc import Callable, Sequence
 from .. import __version__
 from ..errors import PagedSimError
 from .base import EXIT_USAGE, PROG, UNITS_NOTE, ArgumentParser, CliError, name_the_flag
+from .cache import add_cache_replay
 from .presets import add_budget, add_gpus, add_models
 from .schemes import add_schemes
 from .simulate import add_compare, add_figures, add_sweep
@@ -55,6 +57,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_compare,
     add_sweep,
     add_figures,
+    add_cache_replay,
 ]
 
 
