@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from numbers import Real
 
+from .paper import TABLE1
 from .specs import GpuSpec, ModelSpec, get_gpu, get_model
-from .units import format_bytes
+from .units import GiB, format_bytes
 from .validate import check_int
 
 
@@ -102,3 +103,74 @@ def kv_budget(
         num_blocks=num_blocks,
         max_tokens=num_blocks * block_size,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetPreset:
+    """A named memory setting: model, GPUs, the fraction of GPU memory the engine claims
+    and the activation memory (bytes, all GPUs together), as :func:`kv_budget` takes
+    them. ``weights_bytes`` None means the model preset's. ``source`` says where the
+    setting comes from; ``reported_slots`` is the KV capacity (token slots) the source
+    reports, rounded as it prints it, or None."""
+
+    name: str
+    model: str
+    gpu: str
+    num_gpus: int
+    gpu_memory_utilization: float
+    activation_bytes: int
+    weights_bytes: int | None
+    source: str
+    reported_slots: int | None = None
+
+    def budget(self, block_size: int = 16) -> KVBudget:
+        """:func:`kv_budget` of this setting with blocks of ``block_size`` slots."""
+        return kv_budget(self.model, self.gpu, weights_bytes=self.weights_bytes,
+                         gpu_memory_utilization=self.gpu_memory_utilization,
+                         activation_bytes=self.activation_bytes, block_size=block_size,
+                         num_gpus=self.num_gpus)
+
+    def matches(self, model: str, gpu: str, num_gpus: int, gpu_memory_utilization: float,
+                activation_bytes: int, weights_bytes: int | None) -> bool:
+        """Whether these :func:`kv_budget` arguments are this setting (weights given as
+        the model preset's own size count as None)."""
+        if weights_bytes is not None and weights_bytes == get_model(model).weights_bytes:
+            weights_bytes = None
+        return (model, gpu, num_gpus, float(gpu_memory_utilization), activation_bytes,
+                weights_bytes) == (self.model, self.gpu, self.num_gpus,
+                                   float(self.gpu_memory_utilization),
+                                   self.activation_bytes, self.weights_bytes)
+
+
+#: The vLLM paper's Table 1 / Figure 2 setting: OPT-13B (26 GiB of weights) on one
+#: A100-40GB, the whole 40 GiB claimed and 2 GiB kept for activations, which leaves the
+#: paper's 12 GiB of KV cache = 15,728 slots of 800 KiB (Table 1 prints 15.7K).
+#: ``pagedsim compare`` and ``pagedsim sweep`` run it by default.
+PAPER_OPT_13B = BudgetPreset(
+    name="paper-opt-13b", model="opt-13b", gpu="a100-40gb", num_gpus=1,
+    gpu_memory_utilization=1.0, activation_bytes=2 * GiB, weights_bytes=None,
+    source="the vLLM paper's Table 1 setting (OPT-13B on one A100-40GB, 12 GiB of KV cache)",
+    reported_slots=int(TABLE1["opt-13b"]["kv_slots"]),
+)
+
+#: Named memory settings (``--preset`` of ``pagedsim budget`` and ``compare``).
+BUDGET_PRESETS: dict[str, BudgetPreset] = {p.name: p for p in (PAPER_OPT_13B,)}
+
+
+def get_budget_preset(name: str) -> BudgetPreset:
+    """Look up a memory setting by name (error lists the valid names)."""
+    try:
+        return BUDGET_PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(BUDGET_PRESETS)}"
+                         ) from None
+
+
+def preset_of(model: str, gpu: str, num_gpus: int, gpu_memory_utilization: float,
+              activation_bytes: int, weights_bytes: int | None) -> BudgetPreset | None:
+    """The named setting these :func:`kv_budget` arguments are, or None."""
+    for preset in BUDGET_PRESETS.values():
+        if preset.matches(model, gpu, num_gpus, gpu_memory_utilization, activation_bytes,
+                          weights_bytes):
+            return preset
+    return None

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..accounting import CATEGORIES
-from ..budget import kv_budget
+from ..budget import PAPER_OPT_13B, kv_budget, preset_of
 from ..cost import CostModel
 from ..scheduler import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from ..schemes import get_scheme
@@ -68,12 +68,13 @@ class Experiment:
     :meth:`trace_report`.
     """
 
-    model: str = "opt-13b"
-    gpu: str = "a100-40gb"
-    num_gpus: int = 1
-    gpu_memory_utilization: float = 1.0
-    activation_bytes: int = 2 * GiB
-    weights_bytes: int | None = None
+    # The memory setting defaults to the paper's (pagedsim.budget.PAPER_OPT_13B).
+    model: str = PAPER_OPT_13B.model
+    gpu: str = PAPER_OPT_13B.gpu
+    num_gpus: int = PAPER_OPT_13B.num_gpus
+    gpu_memory_utilization: float = PAPER_OPT_13B.gpu_memory_utilization
+    activation_bytes: int = PAPER_OPT_13B.activation_bytes
+    weights_bytes: int | None = PAPER_OPT_13B.weights_bytes
     workload: str = "sharegpt"
     rate_per_s: float | None = None
     num_requests: int | None = None
@@ -245,23 +246,75 @@ class Experiment:
         span_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
         return math.inf if span_s == 0 else (len(requests) - 1) / span_s
 
-    def label(self) -> str:
-        """One line saying what was simulated, for table and figure captions."""
+    @property
+    def preset(self) -> str | None:
+        """The name of the memory setting (:data:`pagedsim.budget.BUDGET_PRESETS`) this
+        experiment's model, GPUs, utilization, activations and weights are, or None."""
+        found = preset_of(self.model, self.gpu, self.num_gpus, self.gpu_memory_utilization,
+                          self.activation_bytes, self.weights_bytes)
+        return None if found is None else found.name
+
+    @property
+    def multi_sequence(self) -> bool:
+        """Whether each request runs several sequences (``n`` > 1 or ``beam_width`` > 1)."""
+        return self.n > 1 or self.beam_width > 1
+
+    def preemption_text(self) -> str:
+        """How a preempted request is handled, in words. Under ``recompute``, groups of
+        several sequences are swapped to the CPU pool, as vLLM v0 does (and restarted
+        only when it has no room; see :mod:`pagedsim.scheduler`)."""
+        if self.preemption == "recompute" and self.multi_sequence:
+            if self.swap_bytes == 0:
+                return ("preemption by recompute (multi-sequence groups restart: no "
+                        "swap space)")
+            return "preemption by recompute (multi-sequence groups swap, as in vLLM v0)"
+        return f"preemption by {self.preemption}"
+
+    def label(self, swept: Sequence[str] = ()) -> str:
+        """One line saying what was simulated, for table and figure captions.
+
+        ``swept`` names fields that vary across a sweep run from this experiment
+        (``block_size``, ``rate_per_s``, ``n``, ``beam_width``, ``preemption``): the line
+        says "swept" for them instead of this experiment's one value.
+        """
+        unknown = set(swept) - set(SWEPT_FIELDS)
+        if unknown:
+            raise ValueError(f"swept: unknown field(s) {sorted(unknown)}; "
+                             f"valid: {', '.join(SWEPT_FIELDS)}")
         if self.is_trace:
             wl = f"trace {os.path.basename(self.workload)}"
             if self.num_requests is not None:
                 wl += f", first {self.num_requests} requests"
-            if self.rate_per_s is not None:
+            if "rate_per_s" in swept:
+                wl += ", arrivals rescaled to each swept rate"
+            elif self.rate_per_s is not None:
                 wl += f", arrivals rescaled to {self.rate_per_s:g} req/s"
         else:
-            wl = (f"{self.workload}-like, {self.num_requests} requests at "
-                  f"{self.rate_per_s:g} req/s")
-        extra = (f", n={self.n}" if self.n > 1 else "") + (
-            f", beam width {self.beam_width}" if self.beam_width > 1 else "")
+            at = "swept rates" if "rate_per_s" in swept else f"{self.rate_per_s:g} req/s"
+            wl = f"{self.workload}-like, {self.num_requests} requests at {at}"
+        if {"n", "beam_width"} & set(swept):
+            extra = ", n or beam width swept"
+        else:
+            extra = (f", n={self.n}" if self.n > 1 else "") + (
+                f", beam width {self.beam_width}" if self.beam_width > 1 else "")
         gpus = f"{self.num_gpus} x {self.gpu}" if self.num_gpus > 1 else self.gpu
-        return (f"{self.model} on {gpus}, {self.capacity_slots():,} KV slots "
-                f"(block {self.block_size}), {wl}{extra}, seed {self.seed}, "
-                f"preemption by {self.preemption}, {self.policy} scheduling")
+        preset = f" (preset {self.preset})" if self.preset else ""
+        if "block_size" in swept:
+            kv = kv_budget(self.model, self.gpu, weights_bytes=self.weights_bytes,
+                           gpu_memory_utilization=self.gpu_memory_utilization,
+                           activation_bytes=self.activation_bytes, block_size=1,
+                           num_gpus=self.num_gpus).kv_cache_bytes
+            pool = f"{kv / GiB:.4g} GiB of KV cache (block size swept)"
+        else:
+            pool = f"{self.capacity_slots():,} KV slots (block {self.block_size})"
+        pre = ("preemption swept (recompute, swap)" if "preemption" in swept
+               else self.preemption_text())
+        return (f"{self.model} on {gpus}{preset}, {pool}, {wl}{extra}, seed {self.seed}, "
+                f"{pre}, {self.policy} scheduling")
+
+
+#: Fields :meth:`Experiment.label` can name as swept.
+SWEPT_FIELDS = ("block_size", "rate_per_s", "n", "beam_width", "preemption")
 
 
 def check_schemes(schemes: Sequence[str]) -> tuple[str, ...]:
