@@ -344,7 +344,9 @@ def test_memory_timeline_stacks_the_five_categories_to_capacity() -> None:
     assert set(polys) == {f"area:{c}" for c in CATEGORIES}
     top = max(p.vertices[:, 1].max() for p in polys["area:free"].get_paths())
     assert top == pytest.approx(steps["capacity"].max())
-    assert len(ax.figure.axes) == 2  # the requests' twin axis
+    # The queue: one panel each for running and waiting requests, under the pool.
+    assert [a.get_gid() for a in ax.figure.axes] == ["panel:pool", "panel:running",
+                                                     "panel:waiting"]
     ax = memory_timeline(steps, x="step", fractions=True, queue=False)
     top = max(p.vertices[:, 1].max() for c in ax.collections
               if c.get_gid() == "area:free" for p in c.get_paths())

@@ -4,9 +4,11 @@ Each cell is split into ``block_size`` sub-cells (one per token slot, filled row
 row): solid in the owning sequence's colour where a token's K/V is, a light tint of it
 where the owner will still write (reserved), hatched vermillion where nobody ever will
 (internal fragmentation, the unused tail of a last block). Free blocks are plain grey.
-A block shared by several sequences (after ``fork``) is striped in its owners' colours,
-outlined in black, hatched, and labelled with its reference count (``×3``). Beside the
-grid, each sequence's block table lists the physical blocks it maps to, in order.
+A block shared by several sequences (after ``fork``) is one physical block with several
+owners, and is drawn as one: in a single colour of its own (:data:`SHARED_COLOR`, not
+any owner's), outlined in black, with its reference count written in it (``×3``).
+Beside the grid, each sequence's block table lists the physical blocks it maps to, in
+order (``*`` marks the shared ones), so the owners can be read off there.
 
 For pools too large to show slot by slot, each block becomes one bar filled left to
 right in the same colours.
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._mpl import NOTEBOOK_WIDTH_IN, axes_or_new, below, legend_patch, rect_collection
 from .layout import as_snapshot, category_counts, paged_blocks
-from .palette import CATEGORY_COLORS, mix, seq_colors
+from .palette import CATEGORY_COLORS, SEQ_COLORS, SHARED_COLOR, mix, seq_colors
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -145,52 +147,54 @@ def block_map(
     faces: dict[str, list] = {c: [] for c in rects}
     outlines, outline_colors, shared_cells = [], [], []
     label_blocks = detail and ncols <= 16
+    # Points per data unit (the grid keeps an equal aspect), to size the ref counts.
+    pos, (fig_w, fig_h) = ax.get_position(), ax.figure.get_size_inches()
+    pt_per_unit = 72 * min(pos.width * fig_w / (data_w + 0.6),
+                           pos.height * fig_h / (data_h + 0.4))
     for blk in blocks:
         x0, y0 = (blk.block % ncols) * (bc + gx), (blk.block // ncols) * (br + gy)
         if blk.is_free:
             rects["free"].append((x0, y0, bc, br))
             faces["free"].append(CATEGORY_COLORS["free"])
+            if label_blocks:
+                _block_id(ax, blk.block, x0, y0, bc, br, gy)
+            continue
+        shared = blk.ref_count > 1
+        # One physical block, one colour: the owner's, or the shared colour.
+        c = SHARED_COLOR if shared else color_of[blk.owners[0]]
+        face = {"token": c, "reserved": mix(c, amount=_RESERVED_TINT),
+                "internal_frag": _INTERNAL_FACE}
+        if detail:
+            for o in range(bs):
+                cat = ("token" if o < blk.token else
+                       "reserved" if o < blk.token + blk.reserved else "internal_frag")
+                rects[cat].append((x0 + o % bc, y0 + o // bc, 1, 1))
+                faces[cat].append(face[cat])
         else:
-            owner_colors = [color_of[s] for s in blk.owners]
-            shared = blk.ref_count > 1
-            if detail:
-                for o in range(bs):
-                    cat = ("token" if o < blk.token else
-                           "reserved" if o < blk.token + blk.reserved else "internal_frag")
-                    # A shared block is striped by column in its owners' colours.
-                    c = (owner_colors[(o % bc) % len(owner_colors)] if shared
-                         else owner_colors[0])
-                    rects[cat].append((x0 + o % bc, y0 + o // bc, 1, 1))
-                    faces[cat].append(c if cat == "token" else
-                                      mix(c, amount=_RESERVED_TINT) if cat == "reserved"
-                                      else _INTERNAL_FACE)
-            else:
-                x, c = x0, owner_colors[0]
-                for cat, n in (("token", blk.token), ("reserved", blk.reserved),
-                               ("internal_frag", blk.internal_frag)):
-                    if n:
-                        rects[cat].append((x, y0, bc * n / bs, br))
-                        faces[cat].append(c if cat == "token" else
-                                          mix(c, amount=_RESERVED_TINT) if cat == "reserved"
-                                          else _INTERNAL_FACE)
-                        x += bc * n / bs
-            outlines.append((x0, y0, bc, br))
-            outline_colors.append("black" if shared else owner_colors[0])
-            if shared:
-                shared_cells.append((x0, y0, bc, br))
-                if detail and br >= 3:  # room inside the cell
-                    ax.text(x0 + bc / 2, y0 + br / 2, f"×{blk.ref_count}", ha="center",
-                            va="center", fontsize=8, fontweight="bold", gid="refcount",
-                            bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "black",
-                                  "lw": 0.6})
-                elif label_blocks:  # flat cells: under the cell's right end
-                    ax.text(x0 + bc, y0 + br + gy * 0.12, f"×{blk.ref_count}", ha="right",
-                            va="top", fontsize=7, fontweight="bold", gid="refcount")
+            x = x0
+            for cat, n in (("token", blk.token), ("reserved", blk.reserved),
+                           ("internal_frag", blk.internal_frag)):
+                if n:
+                    rects[cat].append((x, y0, bc * n / bs, br))
+                    faces[cat].append(face[cat])
+                    x += bc * n / bs
+        outlines.append((x0, y0, bc, br))
+        outline_colors.append("black" if shared else c)
+        if shared:
+            shared_cells.append((x0, y0, bc, br))
+            # The reference count in the block, white on the shared colour, as large as
+            # the cell allows (3-8 pt; a bold digit is about 0.65 em wide).
+            text = f"×{blk.ref_count}"
+            size = max(3.0, min(8.0, 0.7 * br * pt_per_unit,
+                                0.9 * bc * pt_per_unit / (0.65 * len(text))))
+            # In slot detail a light reserved slot may sit under it: give it a backing.
+            box = ({"boxstyle": "round,pad=0.1", "fc": SHARED_COLOR, "ec": "none"}
+                   if detail else None)
+            ax.text(x0 + bc / 2, y0 + br / 2, text, ha="center", va="center",
+                    fontsize=size, fontweight="bold", color="white", gid="refcount",
+                    clip_on=True, bbox=box)
         if label_blocks:
-            flat_shared = br < 3 and blk.ref_count > 1
-            ax.text(x0 if flat_shared else x0 + bc / 2, y0 + br + gy * 0.12, str(blk.block),
-                    ha="left" if flat_shared else "center", va="top", fontsize=7,
-                    color="#555555")
+            _block_id(ax, blk.block, x0, y0, bc, br, gy)
 
     prefix = "slots:" if detail else "fill:"
     edge = "white" if detail else "none"
@@ -202,9 +206,9 @@ def block_map(
         ax.add_collection(rect_collection(
             rects["internal_frag"], prefix + "internal_frag", faces["internal_frag"],
             edgecolor=CATEGORY_COLORS["internal_frag"], linewidth=0.4, hatch="////"))
-    if shared_cells:
+    if shared_cells:  # a second, heavier black outline: shared at a glance
         ax.add_collection(rect_collection(shared_cells, "blocks:shared", "none",
-                                          edgecolor="#333333", linewidth=0, hatch="/"))
+                                          edgecolor="black", linewidth=2.0))
     if outlines:
         ax.add_collection(rect_collection(outlines, "blocks:outline", "none",
                                           edgecolor=outline_colors, linewidth=1.4))
@@ -254,7 +258,7 @@ def block_map_key(counts: dict[str, int] | None = None, block_size: int = 1,
                   num_shared: int | None = None) -> list:
     """Legend handles explaining a block map's cells; with ``counts`` (slots per category)
     each label gives its count. Without, the bare key (for a strip of several maps)."""
-    grey = "#555555"
+    owner = SEQ_COLORS[0]  # an example owner (grey would read as shared)
     c = counts or {}
 
     def n(cat: str) -> str:
@@ -262,17 +266,25 @@ def block_map_key(counts: dict[str, int] | None = None, block_size: int = 1,
 
     free = (f": {c['free'] // block_size} blocks = {c['free']:,} slots" if "free" in c else "")
     handles = [
-        legend_patch(f"token (filled, owner's colour){n('token')}", grey),
+        legend_patch(f"token (filled, in its owner's colour){n('token')}", owner),
         legend_patch(f"reserved (owner will fill){n('reserved')}",
-                     mix(grey, amount=_RESERVED_TINT)),
+                     mix(owner, amount=_RESERVED_TINT)),
         legend_patch(f"internal frag (never filled){n('internal_frag')}", _INTERNAL_FACE,
                      "////", CATEGORY_COLORS["internal_frag"]),
         legend_patch(f"free block{free}", CATEGORY_COLORS["free"]),
     ]
     if num_shared is None or num_shared:
         shared = f": {num_shared} blocks" if num_shared else ""
-        handles.append(legend_patch(f"shared (×ref count){shared}", "white", "//", "black"))
+        handles.append(legend_patch(f"shared block (×ref count: its owners){shared}",
+                                    SHARED_COLOR, edgecolor="black"))
     return handles
+
+
+def _block_id(ax: Axes, block: int, x0: float, y0: float, bc: float, br: float,
+              gy: float) -> None:
+    """The physical block id under its cell."""
+    ax.text(x0 + bc / 2, y0 + br + gy * 0.12, str(block), ha="center", va="top",
+            fontsize=7, color="#555555", gid="block_id")
 
 
 def _draw_tables(ax: Axes, snap: dict, color_of: Mapping[Hashable, str]) -> None:

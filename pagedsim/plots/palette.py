@@ -59,6 +59,11 @@ SEQ_COLORS: tuple[str, ...] = (
     "#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939", "#ad494a",
 )
 
+#: Fill of a block shared by several sequences (copy-on-write, before the copy): one
+#: dark grey of its own, outside the sequence cycle and the category colours, because a
+#: shared block is one physical block whatever number of owners it has.
+SHARED_COLOR = "#444444"
+
 #: Axis labels (with units) for the engine's per-step, summary and sweep columns.
 COLUMN_LABELS: dict[str, str] = {
     "step": "step (scheduler iterations)",
@@ -76,18 +81,31 @@ COLUMN_LABELS: dict[str, str] = {
     "request_rate": "request rate (requests/s)",
     "rate_per_s": "request rate (requests/s)",
     "paper_batch": "paper's mean batch size (requests)",
-    "sat_mean_batch_size": "mean batch size, saturated steps (requests)",
     "step_time_s": "step time (s)",
     "batched_requests": "batched requests",
     "n": "samples per request (n)",
     "beam_width": "beam width",
     "mean_batch_size": "mean batch size (requests)",
     "throughput_tokens_per_s": "throughput (tokens/s)",
-    "sharing_saving": "sharing saving (fraction of blocks)",
-    "utilization": "utilization (token slots / capacity)",
+    "sharing_saving": "memory saved by sharing (% of blocks)",
+    "paper_saving": "paper's memory saved by sharing (% of blocks)",
+    "saturated_time_fraction": "saturated part of the run (% of simulated time)",
+    "utilization": "utilization (% of slots holding tokens)",
+    "p50_normalized_latency_s": "median normalized latency (s per output token)",
+    "p90_normalized_latency_s": "90th-percentile normalized latency (s per output token)",
+    "requests_per_s": "finished requests per second (requests/s)",
+    "swaps": "swap-outs",
+    "preempted_requests": "requests preempted at least once",
+    "sat_mean_batch_size": "mean batch size, saturated steps (requests)",
+    "makespan_s": "makespan (s)",
+    "capacity_slots": "KV pool (slots)",
     **{c: f"{CATEGORY_SHORT[c]} share of KV pool" for c in CATEGORIES},
 }
 
+
+#: Columns holding fractions (0..1) that figures draw in percent (their labels say %).
+PERCENT_COLUMNS = frozenset({"sharing_saving", "paper_saving", "saturated_time_fraction",
+                             "utilization"})
 
 #: Prefixes of the summary's share columns: ``all_`` over the whole run, ``sat_`` over the
 #: saturated steps only (see :mod:`pagedsim.metrics`).

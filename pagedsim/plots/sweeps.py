@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._mpl import NOTEBOOK_WIDTH_IN, axes_or_new
-from .palette import CATEGORY_COLORS, CATEGORY_SHORT, SEQ_COLORS, category_of, column_label
+from .palette import (
+    CATEGORY_COLORS,
+    CATEGORY_SHORT,
+    PERCENT_COLUMNS,
+    SEQ_COLORS,
+    category_of,
+    column_label,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -29,8 +36,12 @@ def sweep_curves(
 
     ``by`` (e.g. ``"scheme"``) draws one line per group and y: colour per group, line
     style per y. Share columns (a category, plain or ``all_``/``sat_`` prefixed) use the
-    category colours and percent of the pool (the frame holds fractions); other columns
-    are drawn as they are, labelled with their unit. ``logx`` uses a base-2 log axis
+    category colours and percent of the pool (the frame holds fractions), and the y label
+    says whether they cover the whole run (``all_``) or its saturated steps (``sat_``);
+    the fractions of :data:`~pagedsim.plots.palette.PERCENT_COLUMNS` are drawn in
+    percent too; other columns as they are. Axis labels come from
+    :func:`~pagedsim.plots.palette.column_label`. The y axis starts at 0 (a curve of
+    values far from 0 is not magnified into a cliff). ``logx`` uses a base-2 log axis
     (block sizes, lengths). Returns the axes.
     """
     ys = [ys] if isinstance(ys, str) else list(ys)
@@ -45,7 +56,7 @@ def sweep_curves(
     for gi, (name, g) in enumerate(groups):
         g = g.sort_values(x) if numeric_x else g  # categories keep the frame's order
         for yi, y in enumerate(ys):
-            values = g[y].to_numpy(dtype=float) * (100 if cats[y] else 1)
+            values = g[y].to_numpy(dtype=float) * percent_scale(y)
             if by:
                 color, style = SEQ_COLORS[gi % len(SEQ_COLORS)], _STYLES[yi % len(_STYLES)]
                 label = f"{name}" if len(ys) == 1 else f"{name}: {_y_name(y)}"
@@ -65,16 +76,35 @@ def sweep_curves(
         ax.minorticks_off()
     ax.set_xlabel(column_label(x))
     if all_shares:
-        ax.set_ylabel("share of KV pool (% of slots)")
-        ax.set_ylim(bottom=0)
-    elif len(ys) == 1:
+        views = {_view(y) for y in ys}
+        view = f", {views.pop()}" if len(views) == 1 and None not in views else ""
+        ax.set_ylabel(f"share of KV pool{view} (% of slots)")
+    elif len(set(map(column_label, ys))) == 1:
         ax.set_ylabel(column_label(ys[0]))
+    # From 0: a truncated axis would make small differences look large. 0 joins the data
+    # limits as a sticky edge (no margin below it), and the axis keeps autoscaling, so
+    # what is drawn later (reference marks) still fits.
+    ax.update_datalim([(0.0, 0.0)], updatex=False)
+    for line in ax.get_lines():
+        line.sticky_edges.y.append(0.0)
+    ax.autoscale_view()
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, frameon=False, loc="best")
     if title:
         ax.set_title(title, loc="left", fontsize=11)
     return ax
+
+
+def percent_scale(column: str) -> float:
+    """100 for a column of fractions drawn in percent (shares, :data:`PERCENT_COLUMNS`),
+    else 1."""
+    return 100.0 if category_of(column) or column in PERCENT_COLUMNS else 1.0
+
+
+def _view(y: str) -> str | None:
+    """Which part of the run a share column covers, in words (None if it does not say)."""
+    return {"all_": "whole run", "sat_": "saturated steps"}.get(y[:4])
 
 
 def _y_name(y: str) -> str:

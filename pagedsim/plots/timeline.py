@@ -1,4 +1,5 @@
-"""Memory over time: the five slot categories as a stacked area, step by step."""
+"""Memory over time: the five slot categories as a stacked area, step by step, and the
+request queue (running and waiting requests) in panels of their own underneath."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from .palette import CATEGORY_COLORS, CATEGORY_HATCHES, CATEGORY_LABELS, column_
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+
+#: The request-queue panels under the pool: (column, colour, line style, y label).
+QUEUE_PANELS: tuple[tuple[str, str, str, str], ...] = (
+    ("running", "black", "-", "running\nrequests"),
+    ("waiting", "#555555", "-", "waiting\nrequests"),
+)
+#: Height of the pool panel and of each queue panel, in inches, on a new figure.
+POOL_PANEL_IN = 3.0
+QUEUE_PANEL_IN = 1.0
 
 
 def memory_timeline(
@@ -25,14 +35,20 @@ def memory_timeline(
 
     ``steps_df`` is the engine's per-step frame (columns ``x``, the five categories in
     slots and ``capacity``; ``running`` and ``waiting`` requests for ``queue``).
-    ``fractions`` plots percent of capacity instead of slots. ``queue`` draws the
-    running and waiting request counts on a second y axis. Returns the main axes.
+    ``fractions`` plots percent of capacity instead of slots. ``queue`` adds two panels
+    under the pool, sharing its x axis, each with its own y axis in requests: the
+    running requests (the batch, tens) and the waiting ones (the queue, up to
+    hundreds), so neither is flattened by the other's scale. The panels are carved out
+    of ``ax``'s own area (nothing else in its figure moves) and carry the gids
+    ``"panel:running"`` and ``"panel:waiting"``. Returns the pool's axes.
     """
-    need = [x, *CATEGORIES, "capacity"] + (["running", "waiting"] if queue else [])
+    need = [x, *CATEGORIES, "capacity"] + [c for c, *_ in QUEUE_PANELS if queue]
     missing = [c for c in need if c not in steps_df.columns]
     if missing:
         raise ValueError(f"memory_timeline needs columns {missing} in the steps frame")
-    ax = axes_or_new(ax, (NOTEBOOK_WIDTH_IN, 4.2))
+    height = POOL_PANEL_IN + (len(QUEUE_PANELS) * QUEUE_PANEL_IN if queue else 0) + 1.2
+    ax = axes_or_new(ax, (NOTEBOOK_WIDTH_IN, height))
+    ax.set_gid("panel:pool")
     xs = steps_df[x].to_numpy(dtype=float)
     cap = steps_df["capacity"].to_numpy(dtype=float)
     scale = 100 / cap if fractions else 1.0
@@ -46,27 +62,43 @@ def memory_timeline(
             poly.set_edgecolor("white")
     if not fractions:
         ax.plot(xs, cap, color="black", linestyle="--", linewidth=1, label="capacity")
-    ax.set_xlabel(column_label(x))
-    ax.set_ylabel("share of KV pool (% of slots)" if fractions else "KV pool (slots)")
+    ax.set_ylabel("share of KV pool\n(% of slots)" if fractions else "KV pool (slots)")
     if len(xs) > 1:
         ax.set_xlim(xs.min(), xs.max())
     ax.set_ylim(0, 100 if fractions else cap.max() * 1.02)
     handles, labels = ax.get_legend_handles_labels()
+    bottom = ax
     if queue:
-        tw = ax.twinx()
-        tw.plot(xs, steps_df["running"], color="black", linewidth=1.4, label="running requests")
-        tw.plot(xs, steps_df["waiting"], color="#555555", linewidth=1.2, linestyle=":",
-                label="waiting requests")
-        tw.set_ylabel("requests")
-        tw.set_ylim(bottom=0)
-        from matplotlib.ticker import MaxNLocator
-
-        tw.yaxis.set_major_locator(MaxNLocator(integer=True))  # requests come whole
-        h2, l2 = tw.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
-    # Legend under the plot, so it never hides the data.
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4,
-              fontsize=8, frameon=False)
+        bottom = _queue_panels(ax, steps_df, xs)
+    bottom.set_xlabel(column_label(x))
+    # Legend under the lowest panel, so it never hides the data.
+    bottom.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.45 if queue
+                  else -0.16), ncol=3, fontsize=8, frameon=False)
     if title:
         ax.set_title(title, loc="left", fontsize=11)
     return ax
+
+
+def _queue_panels(ax: Axes, steps_df: Any, xs: Any) -> Axes:
+    """One panel per :data:`QUEUE_PANELS` entry under ``ax`` (shared x, own y axis in
+    requests); returns the lowest one."""
+    from matplotlib.ticker import MaxNLocator
+    from mpl_toolkits.axes_grid1 import make_axes_locatable
+
+    divider = make_axes_locatable(ax)
+    # The pool keeps about 3/5 of the height; each queue panel gets 1/5 of it.
+    size = f"{100 * QUEUE_PANEL_IN / POOL_PANEL_IN:.0f}%"
+    panel = ax
+    for column, color, style, ylabel in QUEUE_PANELS:
+        panel.tick_params(axis="x", labelbottom=False)
+        panel = divider.append_axes("bottom", size=size, pad=0.12, sharex=ax)
+        panel.set_gid(f"panel:{column}")
+        values = steps_df[column].to_numpy(dtype=float)
+        panel.plot(xs, values, style, color=color, linewidth=1.1, gid=f"line:{column}")
+        panel.set_ylabel(ylabel, fontsize=9)
+        top = max(1.0, float(values.max()) if len(values) else 1.0)
+        panel.set_ylim(0, top * 1.1)
+        panel.yaxis.set_major_locator(MaxNLocator(nbins=3, integer=True))  # whole requests
+        panel.grid(axis="y", alpha=0.3)
+        panel.spines[["top", "right"]].set_visible(False)
+    return panel
