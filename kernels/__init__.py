@@ -1,9 +1,9 @@
 """pagedsim.kernels: real paged-attention kernels and KV caches driven by pagedsim allocators.
 
-``kernels.backend`` is imported first on purpose: it decides between Triton on CUDA,
+``pagedsim.kernels.backend`` is imported first on purpose: it decides between Triton on CUDA,
 Triton's CPU interpreter and pure torch, and must set ``TRITON_INTERPRET`` before any
-module that defines a Triton kernel is imported. ``kernels.BACKEND`` says which one
-is in use (``python -m kernels`` prints why).
+module that defines a Triton kernel is imported. ``pagedsim.kernels.BACKEND`` says which one
+is in use (``python -m pagedsim.kernels`` prints why).
 """
 
 from .backend import BACKEND, BACKENDS, DEVICE, INFO, BackendInfo  # noqa: I001  (must be first)

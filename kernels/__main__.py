@@ -1,4 +1,4 @@
-"""``python -m kernels``: say which backend the kernels use, and why."""
+"""``python -m pagedsim.kernels``: say which backend the kernels use, and why."""
 
 from . import INFO
 

@@ -5,7 +5,7 @@
 ``seq_lens[s]`` cached tokens, found through its block table: token ``t`` sits in
 physical block ``block_tables[s, t // block_size]`` at offset ``t % block_size``.
 
-The Triton kernels are in :mod:`kernels.triton_attention`; this file checks inputs,
+The Triton kernels are in :mod:`pagedsim.kernels.triton_attention`; this file checks inputs,
 picks the number of splits, dispatches, and holds two torch versions: a vectorised
 backend (used when triton is missing, or on request) and a deliberately naive
 reference (a loop over tokens, fp64) that the tests trust.
@@ -173,7 +173,7 @@ def paged_attention(
             :func:`choose_num_splits`. Triton only (the torch backend checks and
             ignores it).
         out: optional ``[num_seqs, num_heads, head_dim]`` output buffer (same dtype/device).
-        backend: ``"triton"`` or ``"torch"``; default :data:`kernels.BACKEND`.
+        backend: ``"triton"`` or ``"torch"``; default :data:`pagedsim.kernels.BACKEND`.
         check_values: check lengths and block ids on the host (one sync). Benchmarks
             turn it off; shapes, dtypes and devices are always checked.
 

@@ -44,7 +44,7 @@ class BackendInfo:
     device: str  # "cuda" or "cpu"
     interpreter: bool  # triton kernels (default or asked for per call) run in the interpreter
     triton_installed: bool
-    reason: str  # one line, printed by ``python -m kernels``
+    reason: str  # one line, printed by ``python -m pagedsim.kernels``
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:

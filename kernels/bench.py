@@ -1,4 +1,4 @@
-"""Benchmark paged decode attention: ``python -m kernels.bench``.
+"""Benchmark paged decode attention: ``python -m pagedsim.kernels.bench``.
 
 On CUDA it sweeps batch x context x block size x dtype (32 query / 8 kv heads,
 head_dim 128) and times three ways of computing the same decode attention:
@@ -287,7 +287,8 @@ def plot(rows: list[Row], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pagedsim.kernels.bench",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny CPU correctness run, no timing")
     p.add_argument("--out", type=Path, default=Path("figures/bench_paged_attention.csv"))
     p.add_argument("--plot", type=Path, default=None, help="also write a PNG plot here")

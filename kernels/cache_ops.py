@@ -1,6 +1,6 @@
 """Moving K/V in a paged cache: ``write_kv`` (new tokens into their slots) and
 ``copy_blocks`` (copy-on-write block copies). Wrappers with checks, torch versions,
-references. Kernels: :mod:`kernels.triton_cache_ops`.
+references. Kernels: :mod:`pagedsim.kernels.triton_cache_ops`.
 
 A *slot* is ``block * block_size + offset``: the same numbering the pagedsim
 allocators hand out.

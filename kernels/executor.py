@@ -1,7 +1,7 @@
 """The real executor: carry out the scheduler's step plans on a decoder and a KV cache.
 
 The simulator's executor only advances a cost model. This one runs the small Llama-style
-decoder (:class:`kernels.model.Decoder`) for real: prefills write K/V through
+decoder (:class:`pagedsim.kernels.model.Decoder`) for real: prefills write K/V through
 ``write_kv``, decodes read it through ``paged_attention``, copy-on-write and contiguous
 fork copies run through ``copy_blocks``, swaps move tensors to the CPU and back. The
 scheduler and the cache share *one* allocator object, so every block id the scheduler
@@ -10,7 +10,7 @@ hands out is the block the kernels read and write.
 Freed memory is scrubbed: the allocator reports every released run of slots
 (``on_release``) and the executor refills it with the NaN sentinel before anything
 else writes there. So at every step, the slots that are not NaN are exactly the slots
-holding a live token's K/V, which :mod:`kernels.measure` counts and holds against the
+holding a live token's K/V, which :mod:`pagedsim.kernels.measure` counts and holds against the
 simulator's accounting.
 
 Order of work in a step (see :mod:`pagedsim.plan`): scrub released memory (except what

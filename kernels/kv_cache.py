@@ -108,7 +108,7 @@ class KVCache:
                          for _ in range(config.num_layers)]
         self.num_copied_blocks = 0  # block pairs copied so far (each one in every layer)
         #: Kernel backend for this cache's writes, copies and attention ("triton" or
-        #: "torch"); None means :data:`kernels.BACKEND`.
+        #: "torch"); None means :data:`pagedsim.kernels.BACKEND`.
         self.backend: str | None = None
 
     # ----------------------------------------------------------- sequences

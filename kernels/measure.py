@@ -4,7 +4,7 @@ For each scheme the same workload runs twice:
 
 1. through the simulator alone (``pagedsim.simulate`` with a fresh allocator): the
    prediction, step by step, of token / reserved / internal / external / free slots;
-2. through the real executor (:class:`kernels.executor.RealExecutor`): the scheduler
+2. through the real executor (:class:`pagedsim.kernels.executor.RealExecutor`): the scheduler
    drives the small decoder over a real KV cache whose allocator is the one the
    scheduler uses. After every step we *measure* what is in memory:
 
@@ -23,7 +23,7 @@ can be compared at every step. For paged schemes measured token slots must equal
 simulated ``token`` slots; for contiguous ones the region buffers' bytes must equal
 simulated (token + reserved + internal fragmentation) slots x bytes per slot.
 
-``python -m kernels.measure --help`` lists the options; ``--out`` receives the per-step
+``python -m pagedsim.kernels.measure --help`` lists the options; ``--out`` receives the per-step
 CSV and a figure of both utilization curves per scheme.
 """
 
@@ -310,7 +310,7 @@ def plot(results: list[SchemeMeasurement], path: Path | None = None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.measure", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pagedsim.kernels.measure", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     d = MeasureConfig()
     parser.add_argument("--schemes", default=",".join(d.schemes),
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             report = budget_check(model)
             print("budget:", report if report is not None else "no CUDA GPU: skipped")
     except (ValueError, TypeError, pagedsim.PagedSimError, OSError) as e:
-        print(f"python -m kernels.measure: error: {e}", file=sys.stderr)
+        print(f"python -m pagedsim.kernels.measure: error: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -285,7 +285,7 @@ class Decoder:
                        token_ids: Sequence[int], slots: torch.Tensor) -> torch.Tensor:
         """Plan-driven: feed one new token per sequence into ``slots`` (int64 ``[S]``),
         which the allocator already appended (and whose copy-on-write copies already ran,
-        as :class:`kernels.executor.RealExecutor` does); fp32 CPU ``[S, V]`` logits."""
+        as :class:`pagedsim.kernels.executor.RealExecutor` does); fp32 CPU ``[S, V]`` logits."""
         self.check_cache(cache)
         if len(seq_ids) != len(token_ids):
             raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} tokens")

@@ -3,7 +3,7 @@
 Read top to bottom: the decode kernel (one program per sequence, kv head and split),
 the reduce kernel that merges the splits (flash-decoding), and ``launch`` which
 sizes the grid. Shape checks, the split heuristic and the torch reference live in
-:mod:`kernels.attention`, which is the public entry point.
+:mod:`pagedsim.kernels.attention`, which is the public entry point.
 
 Notation in the shape comments:
 S sequences, H query heads, KVH kv heads, G = H // KVH query heads per kv head,
@@ -186,7 +186,7 @@ def launch(
 ) -> None:
     """Run the decode kernel (and the reduce kernel when ``num_splits > 1``) into ``out``.
 
-    Inputs are assumed checked by :func:`kernels.attention.paged_attention`. Every
+    Inputs are assumed checked by :func:`pagedsim.kernels.attention.paged_attention`. Every
     tensor's strides are passed, so views (a ``seq_lens`` column sliced out of a
     ``[S, 2]`` metadata tensor, a transposed table) are read where they really are,
     without a hidden copy.

@@ -1,6 +1,6 @@
 """Triton kernels that move K/V: cache writes and whole-block copies (need triton).
 
-The public wrappers with their checks and references are in :mod:`kernels.cache_ops`.
+The public wrappers with their checks and references are in :mod:`pagedsim.kernels.cache_ops`.
 Shapes: T new tokens, B cache blocks, BS block size, KVH kv heads, D head_dim.
 """
 
@@ -88,8 +88,9 @@ def launch_write_kv(
     v: torch.Tensor,  # [T, KVH, D]
     slot_mapping: torch.Tensor,  # int [T], any stride
 ) -> None:
-    """One program per token. Inputs are assumed checked by :func:`kernels.cache_ops.write_kv`;
-    every tensor's strides are passed, so views are read where they really are."""
+    """One program per token. Inputs are assumed checked by
+    :func:`pagedsim.kernels.cache_ops.write_kv`; every tensor's strides are passed, so views
+    are read where they really are."""
     num_tokens, num_kv_heads, head_dim = k.shape
     _write_kv_kernel[(num_tokens,)](
         k_cache, v_cache, k, v, slot_mapping, slot_mapping.stride(0),
@@ -108,7 +109,8 @@ def launch_copy_blocks(
     v_cache: torch.Tensor,  # [B, BS, KVH, D], contiguous
     pairs: torch.Tensor,  # int64 [num_pairs, 2], any strides
 ) -> None:
-    """Grid (pair, chunk). Inputs are assumed checked by :func:`kernels.cache_ops.copy_blocks`."""
+    """Grid (pair, chunk). Inputs are assumed checked by
+    :func:`pagedsim.kernels.cache_ops.copy_blocks`."""
     block_numel = k_cache[0].numel()
     chunk = min(4096, triton.next_power_of_2(block_numel))
     grid = (pairs.shape[0], triton.cdiv(block_numel, chunk))

@@ -10,7 +10,7 @@ accounts for those pages; this module is its mirror on real tensors.
 Layout. Each layer's K (and V) pool is ``num_pages`` pages of ``page_tokens`` token
 rows, stored as the usual ``[num_blocks, block_size, KVH, D]`` tensor with
 ``block_size`` dividing ``page_tokens`` (equal to it whenever the page holds at most
-:data:`kernels.checks.MAX_BLOCK_SIZE` tokens; a 2 MiB page of a real model holds ~1,024,
+:data:`pagedsim.kernels.checks.MAX_BLOCK_SIZE` tokens; a 2 MiB page of a real model holds ~1,024,
 more than the kernels' largest block, so it is then cut into ``page_tokens /
 block_size`` consecutive blocks). Either way token slot ``page * page_tokens + offset``
 is the same flat row of the tensor, so the allocator's slots, ``write_kv``, the swap
@@ -20,7 +20,7 @@ Two ways to attend:
 
 - :meth:`KVCache.attend` (inherited): the paged kernel over a block table derived
   from the request's pages (each page expanded into its consecutive blocks). This is
-  what :class:`kernels.model.Decoder` calls, so the decoder runs on this cache as on
+  what :class:`pagedsim.kernels.model.Decoder` calls, so the decoder runs on this cache as on
   any other.
 - :meth:`VAttentionKVCache.attend_contiguous`: what vAttention really gives the
   kernel: per request, :meth:`~VAttentionKVCache.contiguous_view` assembles its K and
@@ -177,7 +177,7 @@ class VAttentionKVCache(KVCache):
         ``q [S, H, D]``, one query token per request of ``seq_ids`` (in order), returns
         ``[S, H, D]`` in ``q``'s dtype. Query head ``h`` reads kv head ``h // (H // KVH)``
         (grouped-query attention); scores and softmax in fp32; ``scale`` defaults to
-        ``1 / sqrt(D)`` as in :func:`kernels.paged_attention`.
+        ``1 / sqrt(D)`` as in :func:`pagedsim.kernels.paged_attention`.
         """
         c = self.config
         seq_ids = list(seq_ids)

@@ -1,6 +1,8 @@
 """pagedsim: where the KV-cache memory of an LLM server goes, contiguous versus paged.
 
 The simulator half of the package; pure Python (it never imports torch or triton).
+The real kernels are the subpackage ``pagedsim.kernels`` (torch, triton), imported only
+when asked for; its source is the repository's top-level ``kernels/`` folder.
 """
 
 from .accounting import CATEGORIES, SlotAccount, account
@@ -59,3 +61,37 @@ __all__ = [
     "kv_budget",
 ]
 __version__ = "0.1.0"
+
+
+def _find_checkout_kernels() -> None:
+    """Let ``import pagedsim.kernels`` find the repository's ``kernels/`` folder when
+    pagedsim is imported from a checkout without the installed mapping (pyproject's
+    ``package-dir``): the repository root on ``sys.path`` with an editable install made
+    before the mapping existed, or none. An installed wheel has ``pagedsim/kernels/``
+    and needs nothing. Registers a finder (appended, so an install's own finder wins);
+    imports nothing."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    folder = here.parent / "kernels"
+    if (here / "kernels").exists() or not (folder / "__init__.py").is_file():
+        return
+
+    class CheckoutKernelsFinder:
+        """Finds ``pagedsim.kernels`` in ``<checkout>/kernels``."""
+
+        @staticmethod
+        def find_spec(fullname: str, path: object = None, target: object = None) -> object:
+            if fullname != "pagedsim.kernels":
+                return None
+            return importlib.util.spec_from_file_location(
+                fullname, folder / "__init__.py", submodule_search_locations=[str(folder)])
+
+    if not any(getattr(f, "__name__", None) == "CheckoutKernelsFinder" for f in sys.meta_path):
+        sys.meta_path.append(CheckoutKernelsFinder)  # once, also if pagedsim is reloaded
+
+
+_find_checkout_kernels()
+

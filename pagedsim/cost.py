@@ -35,7 +35,7 @@ with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hi
   It makes K/V reads 4.7x slower at blocks of 1, 1.92x at 4, 1.46x at 8, 1.23x at 16,
   1.12x at 32 and 1.06x at 64 (a model of the paper's finding, §7.2, that small blocks
   under-use the GPU's memory parallelism; measure your own kernel with
-  ``python -m kernels.bench`` on a GPU and set it).
+  ``python -m pagedsim.kernels.bench`` on a GPU and set it).
 
 ``num_gpus`` models ideal tensor parallelism: weights, KV and work split evenly, peak and
 bandwidth add up, communication is free (an optimistic bound).

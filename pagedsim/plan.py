@@ -3,7 +3,7 @@
 Each step the :class:`~pagedsim.scheduler.Scheduler` decides what runs and updates
 the allocator's bookkeeping; it returns a :class:`StepPlan` that an *executor* carries
 out. The simulator's executor only advances the cost model and the accounting; a real
-executor (``kernels.executor``) moves K/V data and runs a model. A real executor must
+executor (``pagedsim.kernels.executor``) moves K/V data and runs a model. A real executor must
 apply the plan's data movements in this order, which is the order in which the
 scheduler took and released memory, so that no slot is overwritten before it is read:
 

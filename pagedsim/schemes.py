@@ -11,7 +11,7 @@ A scheme is a name plus everything the rest of the package needs to know about i
   :func:`pagedsim.plots.draw_block_map`; ``"arena"``: a linear arena of regions,
   :func:`pagedsim.plots.draw_arena_map`);
 - ``paper_key``: its key in :mod:`pagedsim.paper`'s tables, or None;
-- ``family``: which KV-cache class mirrors it on real tensors. ``kernels`` registers
+- ``family``: which KV-cache class mirrors it on real tensors. ``pagedsim.kernels`` registers
   those classes with :func:`register_kv_cache` when it is imported, so ``pagedsim``
   itself never imports torch.
 
@@ -89,7 +89,7 @@ class Scheme:
 
 #: Every registered scheme, by name, in registration order.
 SCHEMES: dict[str, Scheme] = {}
-#: KV-cache classes by family, registered by ``kernels`` on import.
+#: KV-cache classes by family, registered by ``pagedsim.kernels`` on import.
 _KV_CACHES: dict[str, type] = {}
 
 
@@ -128,16 +128,16 @@ def make_allocator(scheme: str, capacity_slots: int, block_size: int = 16,
 
 
 def register_kv_cache(family: str, cls: type) -> None:
-    """Called by ``kernels``: ``cls`` mirrors the allocators of ``family`` on tensors."""
+    """Called by ``pagedsim.kernels``: ``cls`` mirrors the allocators of ``family`` on tensors."""
     _KV_CACHES[family] = cls
 
 
 def kv_cache_class(scheme: str) -> type:
-    """The KV-cache class (from ``kernels``) that mirrors ``scheme`` on real tensors."""
+    """The KV-cache class (from ``pagedsim.kernels``) that mirrors ``scheme`` on real tensors."""
     family = get_scheme(scheme).family
     if family not in _KV_CACHES:
         raise ValueError(f"no KV-cache class is registered for scheme {scheme!r} (family "
-                         f"{family!r}); import the kernels package first")
+                         f"{family!r}); import pagedsim.kernels first")
     return _KV_CACHES[family]
 
 

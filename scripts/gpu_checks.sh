@@ -15,9 +15,9 @@ mkdir -p "$out"
 echo "GPU: $gpu  date: $day  out: $out"
 python -m pytest -q tests/test_kernels_attention.py tests/test_kernels_cache_ops.py \
     tests/test_kernels_bench.py 2>&1 | tail -3 | tee "$out/kernel_tests.txt"
-python -m kernels.bench --out "$out/bench.csv" --plot "$out/bench.png" --max-minutes 4 \
+python -m pagedsim.kernels.bench --out "$out/bench.csv" --plot "$out/bench.png" --max-minutes 4 \
     | tee "$out/bench.txt"
-python -m kernels.measure --schemes paged,contiguous-oracle,contiguous-max \
+python -m pagedsim.kernels.measure --schemes paged,contiguous-oracle,contiguous-max \
     --num-requests 400 --workload sharegpt --rate 20 --max-model-len 2048 \
     --layers 16 --hidden 2048 --heads 16 --kv-heads 4 --head-dim 128 --intermediate 5632 \
     --vocab 32000 --dtype bfloat16 --num-blocks 4096 --block-size 16 --budget \

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import HealthCheck, settings
 
-import kernels
+from pagedsim import kernels
 
 # Relative error bounds: ||out - ref|| / ||ref||, as the issue states them.
 REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}

@@ -16,8 +16,8 @@ from kernels_helpers import (
     rel_err,
 )
 
-import kernels
-from kernels.attention import MAX_SPLITS, MIN_TOKENS_PER_SPLIT, choose_num_splits
+from pagedsim import kernels
+from pagedsim.kernels.attention import MAX_SPLITS, MIN_TOKENS_PER_SPLIT, choose_num_splits
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32)
 GROUPS = (1, 2, 4, 8)

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import bench
+from pagedsim.kernels import bench
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_quick_mode_checks_all_three_implementations() -> None:
-    done = subprocess.run([sys.executable, "-m", "kernels.bench", "--quick"], cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "pagedsim.kernels.bench", "--quick"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("quick ")]

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kernels_helpers import BACKENDS, DTYPES, device_for, kernel_settings
 
-import kernels
+from pagedsim import kernels
 
 
 def random_cache(num_blocks: int, block_size: int, kv_heads: int, head_dim: int,

@@ -6,9 +6,8 @@ import pytest
 import torch
 from kernels_helpers import REL_TOL, rel_err
 
-import kernels
-from kernels.kv_cache import ContiguousKVCache, KVCacheConfig, PagedKVCache
-from pagedsim import OutOfMemoryError
+from pagedsim import OutOfMemoryError, kernels
+from pagedsim.kernels.kv_cache import ContiguousKVCache, KVCacheConfig, PagedKVCache
 
 LAYERS, KV_HEADS, GROUP, HEAD_DIM = 2, 2, 2, 32
 

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 import pagedsim  # noqa: E402
-from kernels.measure import MeasureConfig, main, measure_scheme  # noqa: E402
+from pagedsim.kernels.measure import MeasureConfig, main, measure_scheme  # noqa: E402
 
 
 def small(**kw) -> MeasureConfig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.model import Decoder, Generation, ModelConfig, Sampler
+from pagedsim.kernels.model import Decoder, Generation, ModelConfig, Sampler
 
 PROMPT = [5, 17, 300, 42, 7, 99, 1, 2, 3]  # 9 tokens: the last block of 4 is partly full
 NEW_TOKENS = 17  # 1 token from the prefill + 16 decode steps

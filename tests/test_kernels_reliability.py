@@ -20,10 +20,9 @@ import pytest
 import torch
 from kernels_helpers import BACKENDS, REL_TOL, device_for, make_paged_batch, rel_err
 
-import kernels
-from kernels.attention import MAX_SPLITS
-from kernels.kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache
-from pagedsim import OutOfMemoryError
+from pagedsim import OutOfMemoryError, kernels
+from pagedsim.kernels.attention import MAX_SPLITS
+from pagedsim.kernels.kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:

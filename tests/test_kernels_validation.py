@@ -11,7 +11,7 @@ import pytest
 import torch
 from kernels_helpers import BACKENDS, device_for, make_paged_batch
 
-import kernels
+from pagedsim import kernels
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -134,7 +134,7 @@ def test_unknown_backend_argument() -> None:
 def _import_kernels_with(env_value: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PAGEDSIM_KERNEL_BACKEND": env_value}
     env.pop("TRITON_INTERPRET", None)
-    code = ("import os, kernels; "
+    code = ("import os; from pagedsim import kernels; "
             "print(kernels.BACKEND, kernels.DEVICE, os.environ.get('TRITON_INTERPRET'))")
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -166,8 +166,9 @@ def test_without_triton_the_torch_backend_works() -> None:
     # As on macOS: triton cannot be imported (a None entry in sys.modules blocks it).
     code = "\n".join([
         "import sys; sys.modules['triton'] = None",
-        "import torch, kernels",
-        "from kernels.model import Decoder, ModelConfig",
+        "import torch",
+        "from pagedsim import kernels",
+        "from pagedsim.kernels.model import Decoder, ModelConfig",
         "assert kernels.BACKEND == 'torch' and not kernels.INFO.triton_installed",
         "m = Decoder(ModelConfig(device='cpu'))",
         "g = m.generate([1, 2, 3], 3, n=2)",

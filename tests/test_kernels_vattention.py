@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from kernels_helpers import BACKENDS, REL_TOL, device_for, rel_err
 
 import pagedsim
-from kernels import (
+from pagedsim.kernels import (
     Decoder,
     Generation,
     KVCacheConfig,
@@ -28,9 +28,9 @@ from kernels import (
     VAttentionKVCache,
     paged_attention_reference,
 )
-from kernels.executor import RealExecutor
-from kernels.measure import MeasureConfig, measure_scheme, model_spec
-from kernels.vattention_cache import kernel_block_size, page_bytes_for_scheme
+from pagedsim.kernels.executor import RealExecutor
+from pagedsim.kernels.measure import MeasureConfig, measure_scheme, model_spec
+from pagedsim.kernels.vattention_cache import kernel_block_size, page_bytes_for_scheme
 from pagedsim.schemes import kv_cache_class
 
 PROMPT = [5, 17, 300, 42, 7, 99, 1, 2, 3]  # 9 tokens: part of a 16-token page

@@ -4,7 +4,7 @@ An allocator only does bookkeeping: which physical token *slots* of one big pool
 each sequence owns. It never touches K/V data. Whenever an operation implies that
 K/V data must move (copy-on-write, the copy a contiguous fork needs, swapping), the
 operation says so in its result as :class:`KVCopy` records, and whoever owns real
-tensors (``kernels.PagedKVCache``) carries them out. The simulator only counts them.
+tensors (``pagedsim.kernels.PagedKVCache``) carries them out. The simulator only counts them.
 
 Slots are numbered ``0 .. capacity_slots - 1``. For the paged allocator slot
 ``s`` is offset ``s % block_size`` of physical block ``s // block_size``.

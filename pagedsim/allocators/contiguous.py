@@ -82,7 +82,7 @@ class ContiguousAllocator:
         self._held: set[SeqId] = set()
         self._swap_token = object()  # marks the groups this allocator swapped out
         #: Called as ``on_release(start_slot, num_slots)`` for every region given back,
-        #: so a real cache can scrub it (see ``kernels.executor``).
+        #: so a real cache can scrub it (see ``pagedsim.kernels.executor``).
         self.on_release: Callable[[int, int], None] | None = None
 
     # ----------------------------------------------------------------- queries

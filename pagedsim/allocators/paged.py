@@ -53,7 +53,7 @@ class PagedAllocator:
         self._num_shared_blocks = 0  # blocks with ref count > 1 (accounting's slow path)
         self._num_logical_blocks = 0  # sum of block-table lengths
         #: Called as ``on_release(start_slot, num_slots)`` for every block that returns to
-        #: the free list, so a real cache can scrub it (see ``kernels.executor``).
+        #: the free list, so a real cache can scrub it (see ``pagedsim.kernels.executor``).
         self.on_release: Callable[[int, int], None] | None = None
         self._swap_token = object()  # marks the groups this allocator swapped out
 
