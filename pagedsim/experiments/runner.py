@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,27 +29,75 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
-               keep_steps: bool = True) -> tuple[dict[str, Any], pd.DataFrame | None]:
+               keep_steps: bool = True, on_progress: Callable[[int], None] | None = None,
+               ) -> tuple[dict[str, Any], pd.DataFrame | None]:
     """Simulate ``exp`` under ``scheme``; returns (summary, per-step frame or None).
 
     A module-level function so joblib can send it to worker processes. The summary is
-    :func:`pagedsim.metrics.summarize` plus the experiment's parameters.
+    :func:`pagedsim.metrics.summarize` plus ``preempted_requests`` (requests preempted at
+    least once; ``preemptions`` counts preemption events) and the experiment's
+    parameters. ``progress``: the simulator's own tqdm bar. ``on_progress(done)`` is
+    called with the number of requests done (finished or rejected) as the run advances,
+    at most every :data:`PROGRESS_EVERY_S` seconds of wall time, and once at the end
+    with all of them.
     """
     from ..schemes import make_allocator
-    from ..simulator import simulate
+    from ..simulator import REQUEST_COLUMNS, simulate
 
     sched = exp.scheduler_config()
     alloc = make_allocator(scheme, exp.capacity_slots(), exp.block_size, exp.max_model_len,
                            model=exp.model, max_num_seqs=sched.max_num_seqs)
     requests = exp.requests()
+    on_step = None if on_progress is None else _step_counter(on_progress)
     result = simulate(requests, alloc, exp.cost_model(), sched,
-                      scheme=scheme, progress=progress)
+                      scheme=scheme, progress=progress, on_step=on_step)
+    if on_progress is not None:
+        on_progress(len(requests))
     steps = result.steps()
     summary = summarize(result, steps)
+    # ``preemptions`` counts events; a request may be preempted several times.
+    k = REQUEST_COLUMNS.index("num_preemptions")
+    summary["preempted_requests"] = sum(1 for row in result.request_rows if row[k])
     summary.update(block_size=exp.block_size, rate_per_s=exp.arrival_rate_per_s(requests),
                    n=exp.n, beam_width=exp.beam_width, preemption=exp.preemption,
                    workload=exp.workload, seed=exp.seed)
     return summary, (steps if keep_steps else None)
+
+
+#: Seconds of wall time between two progress reports of one run (:func:`run_scheme`).
+PROGRESS_EVERY_S = 0.25
+
+
+def _step_counter(report: Callable[[int], None]) -> Callable[[Any, Any], None]:
+    """An ``on_step`` hook for :func:`pagedsim.simulator.simulate` that counts requests
+    finished or rejected and calls ``report(done)`` at most every
+    :data:`PROGRESS_EVERY_S` seconds."""
+    done = 0
+    last = time.monotonic()
+
+    def on_step(sched: Any, plan: Any) -> None:
+        nonlocal done, last
+        if plan.finished or plan.rejected:
+            done += len(plan.finished) + len(plan.rejected)
+            now = time.monotonic()
+            if now - last >= PROGRESS_EVERY_S:
+                last = now
+                report(done)
+
+    return on_step
+
+
+def task_requests(tasks: Sequence[tuple[Experiment, str]]) -> list[int]:
+    """Requests each ``(experiment, scheme)`` task simulates (a trace is loaded once per
+    distinct experiment to count them)."""
+    counts: dict[Experiment, int] = {}
+    out = []
+    for exp, _ in tasks:
+        if exp not in counts:
+            counts[exp] = (int(exp.num_requests) if not exp.is_trace
+                           else len(exp.trace().requests))
+        out.append(counts[exp])
+    return out
 
 
 def _n_jobs(jobs: int | None, num_tasks: int) -> int:
@@ -62,12 +113,15 @@ def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
     """Run every ``(experiment, scheme)`` task; results in task order.
 
     ``jobs`` worker processes (joblib, loky backend unless the caller selected another with
-    ``joblib.parallel_config``); with one job everything runs here and each run shows its
-    own request bar. Inside ``with DaskRunner(address):`` the tasks go to that Dask
-    cluster instead (``jobs`` is then unused) and a task that failed twice there comes
-    back as ``None`` and is listed in the runner's ``failures``; elsewhere an error is
-    raised. ``progress``: an outer tqdm bar on stderr over tasks (None = only when stderr
-    is a terminal), drawn once a run has taken more than a second.
+    ``joblib.parallel_config``); with one job everything runs here. Inside ``with
+    DaskRunner(address):`` the tasks go to that Dask cluster instead (``jobs`` is then
+    unused) and a task that failed twice there comes back as ``None`` and is listed in
+    the runner's ``failures``; elsewhere an error is raised.
+
+    ``progress`` (None = only when stderr is a terminal): one tqdm bar on stderr, shown
+    after half a second, counting the requests finished over all tasks as the runs
+    advance (worker processes report through a multiprocessing manager's queue, every
+    :data:`PROGRESS_EVERY_S` s); on a Dask cluster it counts finished runs.
     """
     from .dask_runner import active_runner
 
@@ -75,37 +129,118 @@ def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
         progress = sys.stderr.isatty()
     runner = active_runner()
     n_jobs = 1 if runner is not None else _n_jobs(jobs, len(tasks))
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(tasks), desc=desc, unit="run", file=sys.stderr, delay=1.0,
-                   leave=False)
+    if runner is not None:  # one tick per finished future
+        with _bar(progress, len(tasks), desc, "run") as bar:
+            return runner.run(tasks, keep_steps=keep_steps, desc=desc,
+                              on_done=None if bar is None else lambda: bar.update(1))
+    totals = task_requests(tasks) if progress else [0] * len(tasks)
     out: list[Any] = [None] * len(tasks)
-    try:
-        if runner is not None:
-            out = runner.run(tasks, keep_steps=keep_steps, desc=desc,
-                             on_done=None if bar is None else lambda: bar.update(1))
-        elif n_jobs == 1:
+    with _bar(progress, sum(totals), desc, "req") as bar:
+        tally = _Tally(bar, len(tasks))
+        if n_jobs == 1:
             for i, (exp, scheme) in enumerate(tasks):
-                out[i] = run_scheme(exp, scheme, progress=progress, keep_steps=keep_steps)
-                if bar is not None:
-                    bar.update(1)
-        else:
-            from joblib import Parallel, delayed
+                out[i] = run_scheme(exp, scheme, keep_steps=keep_steps,
+                                    on_progress=None if bar is None else tally.reporter(i))
+            return out
+        from joblib import Parallel, delayed
 
+        with _progress_queue(bar is not None) as queue:
             def indexed(i: int, exp: Experiment, scheme: str) -> tuple[int, Any]:
-                return i, run_scheme(exp, scheme, progress=False, keep_steps=keep_steps)
+                report = None if queue is None else _QueueReport(queue, i)
+                return i, run_scheme(exp, scheme, keep_steps=keep_steps, on_progress=report)
 
-            parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
-            for i, res in parallel(delayed(indexed)(i, e, s) for i, (e, s) in enumerate(tasks)):
-                out[i] = res
-                if bar is not None:
-                    bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+            drain = None if queue is None else tally.drain(queue)
+            try:
+                parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
+                for i, res in parallel(delayed(indexed)(i, e, s)
+                                       for i, (e, s) in enumerate(tasks)):
+                    out[i] = res
+                    if queue is not None:
+                        queue.put((i, totals[i]))
+                    elif bar is not None:
+                        tally.set(i, totals[i])
+            finally:
+                if drain is not None:
+                    queue.put(None)
+                    drain.join()
     return out
+
+
+@contextmanager
+def _bar(show: bool, total: int, desc: str, unit: str) -> Iterator[Any]:
+    """A tqdm bar on stderr (None if not ``show``), shown once it has run half a second,
+    closed on exit."""
+    if not show:
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, delay=0.5, leave=False,
+               unit_scale=unit == "req")
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+class _Tally:
+    """Requests done per task, summed into one bar (updated from one thread at a time)."""
+
+    def __init__(self, bar: Any, num_tasks: int) -> None:
+        self.bar = bar
+        self.done = [0] * num_tasks
+
+    def set(self, i: int, done: int) -> None:
+        """Task ``i`` has ``done`` requests done (never goes back)."""
+        delta = done - self.done[i]
+        if delta > 0 and self.bar is not None:
+            self.done[i] = done
+            self.bar.update(delta)
+
+    def reporter(self, i: int) -> Callable[[int], None]:
+        return lambda done: self.set(i, done)
+
+    def drain(self, queue: Any) -> threading.Thread:
+        """A thread applying ``(task, done)`` messages from ``queue`` until ``None``."""
+        def loop() -> None:
+            while (msg := queue.get()) is not None:
+                self.set(*msg)
+
+        thread = threading.Thread(target=loop, name="pagedsim-progress", daemon=True)
+        thread.start()
+        return thread
+
+
+class _QueueReport:
+    """``on_progress`` for a worker process: posts ``(task, done)`` to a manager queue
+    (picklable, unlike a closure)."""
+
+    def __init__(self, queue: Any, task: int) -> None:
+        self.queue, self.task = queue, task
+
+    def __call__(self, done: int) -> None:
+        try:
+            self.queue.put((self.task, done))
+        except Exception:  # progress must never fail a run (the manager may be gone)
+            pass
+
+
+@contextmanager
+def _progress_queue(wanted: bool) -> Iterator[Any]:
+    """A queue worker processes can post progress to (a multiprocessing manager's), or
+    None if not ``wanted`` or if no manager can start here."""
+    if not wanted:
+        yield None
+        return
+    import multiprocessing
+
+    try:
+        manager = multiprocessing.Manager()
+    except (OSError, EOFError, RuntimeError):
+        yield None  # one tick per finished run instead
+        return
+    with manager:
+        yield manager.Queue()
 
 
 @dataclass

@@ -133,6 +133,55 @@ SWEEP_PREEMPTION: dict[str, str] = {"block-size": "recompute", "rate": "recomput
                                     "sharing": "swap", "preemption": "recompute"}
 
 
+#: What each sweep shows, in one sentence (``pagedsim sweep NAME --help``).
+SWEEP_ABOUT: dict[str, str] = {
+    "block-size": "internal fragmentation, reservation and throughput of paged allocation "
+                  "against the block size (the paper's section 7.2, Fig. 18)",
+    "rate": "mean batch size of each scheme against the request rate (the paper's "
+            "Fig. 13)",
+    "sharing": "memory saved by sharing blocks, for parallel sampling (n samples) and beam "
+               "search (beam width) (the paper's section 6.3)",
+    "preemption": "swap versus recompute across block sizes: throughput and median "
+                  "normalized latency (the paper's section 7.3, Fig. 19)",
+}
+#: The :class:`Experiment` fields each sweep sets per run (what its ``--values`` gives).
+SWEPT_FIELDS_OF: dict[str, tuple[str, ...]] = {
+    "block-size": ("block_size",),
+    "rate": ("rate_per_s",),
+    "sharing": ("n", "beam_width"),
+    "preemption": ("preemption", "block_size"),
+}
+
+
+def default_values_text(name: str) -> str:
+    """The values sweep ``name`` runs by default, in words (for help and captions)."""
+    check_choice("sweep", name, tuple(SWEEPS))
+    if name == "block-size":
+        return "block sizes " + ", ".join(map(str, SWEEP_BLOCK_SIZES)) + " slots"
+    if name == "rate":
+        return ("rates " + ", ".join(f"{r:g}" for r in SWEEP_RATES) + " requests/s, for "
+                + ", ".join(DEFAULT_SCHEMES))
+    if name == "sharing":
+        return (f"n = {', '.join(map(str, SWEEP_NS))} and beam widths "
+                f"{', '.join(map(str, SWEEP_BEAM_WIDTHS))}")
+    return ("recompute and swap, at block sizes "
+            + ", ".join(map(str, SWEEP_PREEMPTION_BLOCK_SIZES)) + " slots")
+
+
+def num_runs(name: str, values: Sequence[Any] | None = None,
+             schemes: Sequence[str] | None = None) -> int:
+    """How many runs sweep ``name`` makes with these ``values`` (None: its defaults)
+    and, for the rate sweep, ``schemes`` (None: compare's four)."""
+    check_choice("sweep", name, tuple(SWEEPS))
+    if name == "block-size":
+        return len(values or SWEEP_BLOCK_SIZES)
+    if name == "rate":
+        return len(values or SWEEP_RATES) * len(schemes or DEFAULT_SCHEMES)
+    if name == "sharing":
+        return len(values or SWEEP_NS) + len(values or SWEEP_BEAM_WIDTHS)
+    return len(PREEMPTION_MODES) * len(values or SWEEP_PREEMPTION_BLOCK_SIZES)
+
+
 #: Largest block size a sweep takes (slots): 2**16, far above any preset's context of at
 #: most 8,192 tokens (a larger block could never fill), and small enough to report.
 MAX_SWEEP_BLOCK_SIZE = 1 << 16

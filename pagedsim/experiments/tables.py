@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..accounting import CATEGORIES
-from ..paper import FIGURE13_BATCH, FIGURE13_RATE, figure2_share, figure13_batch
+from ..budget import PAPER_OPT_13B
+from ..paper import (
+    DEFAULT_BLOCK_SIZE,
+    FIGURE13_BATCH,
+    FIGURE13_RATE,
+    figure2_share,
+    figure13_batch,
+)
 from ..textfmt import format_table
 from .runner import Comparison, shares_frame
-from .spec import WORKLOAD_NAMES
+from .spec import WORKLOAD_NAMES, Experiment
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -30,8 +38,43 @@ def _fmt(x: float, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def figure2_mismatches(exp: Experiment) -> list[str]:
+    """How ``exp`` differs from the setting of the vLLM paper's Figure 2 (and Figure
+    13): OPT-13B on one A100-40GB with 12 GiB of KV cache (preset
+    :data:`~pagedsim.budget.PAPER_OPT_13B`), ShareGPT-like requests of one sequence,
+    blocks of 16, v0 scheduling. Empty when it is that setting (the paper's numbers may
+    then stand beside ours)."""
+    out = []
+    if exp.preset != PAPER_OPT_13B.name:
+        out.append(f"memory setting {exp.model} on {exp.num_gpus} x {exp.gpu}, "
+                   f"{exp.capacity_slots():,} slots (not preset {PAPER_OPT_13B.name})")
+    if exp.workload != "sharegpt":
+        out.append(f"workload {os.path.basename(exp.workload)}")
+    if exp.n > 1:
+        out.append(f"n = {exp.n}")
+    if exp.beam_width > 1:
+        out.append(f"beam width {exp.beam_width}")
+    if exp.block_size != DEFAULT_BLOCK_SIZE:
+        out.append(f"block size {exp.block_size}")
+    if exp.policy != "v0":
+        out.append(f"{exp.policy} scheduling")
+    return out
+
+
+def figure13_workload(exp: Experiment) -> str | None:
+    """The workload of the vLLM paper's Figure 13 panel whose setting ``exp`` is (the
+    Figure 2 setting with ShareGPT- or Alpaca-like requests), or None. The paper
+    measured it at one rate (:data:`~pagedsim.paper.FIGURE13_RATE`), which the caller
+    states beside the numbers."""
+    if exp.workload not in FIGURE13_BATCH:
+        return None
+    as_sharegpt = replace(exp, workload="sharegpt")
+    return exp.workload if not figure2_mismatches(as_sharegpt) else None
+
+
 def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
-    """The plain-text table ``pagedsim compare`` prints: ours, then the paper's.
+    """The plain-text table ``pagedsim compare`` prints: ours, then the paper's where the
+    setting is the paper's (:func:`figure2_mismatches`, :func:`figure13_workload`).
 
     For a trace, the line under the title is ``workload_report`` (one line: what loading
     the trace changed or left out), or, if not given, the experiment's
@@ -41,21 +84,31 @@ def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
     exp = cmp.experiment
     if workload_report is None and exp.is_trace:
         workload_report = exp.trace_report()
-    workload = exp.workload if exp.workload in FIGURE13_BATCH else None
+    mismatches = figure2_mismatches(exp)
+    fig2 = not mismatches
+    workload = figure13_workload(exp)
     headers = ["scheme", "token%", "reserved%", "internal%", "external%", "free%", "batch",
-               "tokens/s", "preempt", "| paper:", "token%", "reserved%", "internal%",
-               "ext+other%", "batch"]
+               "tokens/s", "preempt"]
+    if fig2 or workload:
+        headers += ["| paper:"]
+    if fig2:
+        headers += ["token%", "reserved%", "internal%", "ext+other%"]
+    if workload:
+        headers += ["batch"]
     rows = []
     for rec in df.to_dict("records"):
         s = rec["scheme"]
-        ref_batch = figure13_batch(s, workload) if workload else math.nan
         mark = "" if rec["part"] == cmp.part else " *"
-        rows.append([
-            s + mark, *(_pct(rec[c]) for c in CATEGORIES),
-            _fmt(rec["mean_batch_size"], ".2f"), _fmt(rec["throughput_tokens_per_s"], ",.0f"),
-            rec["preemptions"], "|",
-            *(_pct(figure2_share(s, c)) for c in CATEGORIES[:4]), _fmt(ref_batch, ".2f"),
-        ])
+        row = [s + mark, *(_pct(rec[c]) for c in CATEGORIES),
+               _fmt(rec["mean_batch_size"], ".2f"),
+               _fmt(rec["throughput_tokens_per_s"], ",.0f"), rec["preemptions"]]
+        if fig2 or workload:
+            row.append("|")
+        if fig2:
+            row += [_pct(figure2_share(s, c)) for c in CATEGORIES[:4]]
+        if workload:
+            row.append(_fmt(figure13_batch(s, workload), ".2f"))
+        rows.append(row)
     sat = ", ".join(f"{r['scheme']} {100 * r['saturated_time_fraction']:.0f}%"
                     for r in df.to_dict("records"))
     part_text = ("the saturated part of the run (steps after which requests were waiting; "
@@ -67,19 +120,54 @@ def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
         f"shares: time-weighted % of the pool over {part_text}",
         "batch: mean requests per step over steps that ran anything; tokens/s: generated "
         "tokens / makespan (simulated, roofline cost model)",
+        *preemption_lines(cmp),
         "",
         format_table(headers, rows),
         "",
-        "paper: vLLM paper (Kwon et al., SOSP 2023) Fig. 2 shares (OPT-13B, A100-40GB, "
-        "ShareGPT, buddy-placed Orca baselines, matched by reservation; '-' = not given)",
     ]
+    if fig2:
+        lines.append("paper: vLLM paper (Kwon et al., SOSP 2023) Fig. 2 shares (OPT-13B, "
+                     "A100-40GB, ShareGPT, buddy-placed Orca baselines, matched by "
+                     "reservation; '-' = not given)")
     if workload:
-        lines.append(f"       and Fig. 13 mean batch size ({workload} at "
-                     f"{FIGURE13_RATE[workload]:g} req/s)")
+        rate = FIGURE13_RATE[workload]
+        ours = exp.rate_per_s
+        differs = ("" if ours is None or ours == rate else
+                   f"; this run: {ours:g} req/s, which saturates every scheme of our "
+                   "faster cost model as the paper's rate did its system: see "
+                   "pagedsim.experiments")
+        lines.append(f"{'       and' if fig2 else 'paper:'} vLLM paper Fig. 13 mean batch "
+                     f"size ({workload} at {rate:g} req/s{differs})")
+    if not fig2:
+        what = ("Fig. 2 shares" + ("" if workload else " and Fig. 13 batch sizes"))
+        lines.append(f"paper: the vLLM paper's {what} are not printed: this run is not "
+                     f"their setting ({'; '.join(mismatches)})")
     if (df["part"] != cmp.part).any():
         lines.append("* never saturated (no request ever waited): shares over the whole run")
     lines.extend(rejection_lines(cmp.summary))
     return "\n".join(lines)
+
+
+def preemption_lines(cmp: Comparison) -> list[str]:
+    """What the ``preempt`` column counts, with the requests preempted at least once per
+    scheme, and, for requests of several sequences, how they were preempted."""
+    exp = cmp.experiment
+    recs = cmp.summary.to_dict("records")
+    lines = ["preempt: preemption events; one request can be preempted several times"]
+    if recs and "preempted_requests" in recs[0]:
+        lines[0] += (" (requests preempted at least once: "
+                     + ", ".join(f"{r['scheme']} {r['preempted_requests']:,}" for r in recs)
+                     + f", of {recs[0]['num_requests']:,})")
+    if exp.multi_sequence:
+        swaps = ", ".join(f"{r['scheme']} {r['swaps']:,}" for r in recs)
+        if exp.preemption == "recompute":
+            how = ("a preempted request of several sequences is swapped to the CPU, "
+                   "not recomputed, as vLLM v0 does (it keeps its sharing), and restarts "
+                   "only when the swap space is full")
+        else:
+            how = "a preempted request is swapped to the CPU"
+        lines.append(f"        {how}; swap-outs: {swaps}")
+    return lines
 
 
 def rejection_lines(summary: pd.DataFrame) -> list[str]:

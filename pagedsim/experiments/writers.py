@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..accounting import CATEGORIES
 from ..metrics import SUMMARY_KEYS
 from ..paper import FIGURE2_SHARES, FIGURE13_RATE, paper_key
+from ..plots.palette import CATEGORY_SHORT, category_of
 from .report import figures_readme
 from .runner import Comparison, compare, shares_frame
 from .spec import Experiment
-from .sweeps import SWEEPS, run_sweep
-from .tables import sweep_table
+from .sweeps import SWEEPS, run_sweep, sweep_base
+from .tables import figure2_mismatches, sweep_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -87,19 +90,26 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
         paths.append(path)
 
     plt = _pyplot()
-    paper = {s: {c: v for c, v in FIGURE2_SHARES[paper_key(s)].items() if not math.isnan(v)}
-             for s in df["scheme"] if paper_key(s) in FIGURE2_SHARES}
+    # The paper's bars only beside a run in the paper's setting.
+    mismatches = figure2_mismatches(cmp.experiment)
+    paper = {} if mismatches else {
+        s: {c: v for c, v in FIGURE2_SHARES[paper_key(s)].items() if not math.isnan(v)}
+        for s in df["scheme"] if paper_key(s) in FIGURE2_SHARES}
     fig, ax = plt.subplots(figsize=(10, 4.8))
     part = "saturated part" if cmp.part == "saturated" else "whole run"
     share_bars(df, ax=ax, paper=paper, paper_label="vLLM paper Fig. 2",
                title=f"Where the KV pool goes ({part}, time-weighted)")
-    ax.text(0, -0.14, cmp.experiment.label(), transform=ax.transAxes, fontsize=7,
-            va="top", wrap=True)
+    footer = f"Setting: {cmp.experiment.label()}"
+    if mismatches:
+        footer += ("; the vLLM paper's Fig. 2 bars are not drawn: this is not the paper's "
+                   f"setting ({'; '.join(mismatches)})")
+    ax.text(0, -0.14, "\n".join(textwrap.wrap(footer, 180)), transform=ax.transAxes,
+            fontsize=7, va="top", gid="footer")
     path = out / f"{prefix}_shares.png"
     _savefig(fig, path)
     paths.append(path)
     for name, s in cmp.steps.items():
-        fig, ax = plt.subplots(figsize=(10, 4.2))
+        fig, ax = plt.subplots(figsize=(10, 6.2))  # the pool, then running and waiting
         memory_timeline(s, ax=ax, title=f"KV pool over time: {name}")
         path = out / f"{prefix}_timeline_{name}.png"
         _savefig(fig, path)
@@ -107,10 +117,59 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
     return paths
 
 
+#: What each sweep's figures call it (their titles start with it).
+SWEEP_TITLES = {"block-size": "Block size", "rate": "Request rate",
+                "sharing": "Sharing (parallel sampling, beam search)",
+                "preemption": "Swap vs recompute"}
+#: Characters per line of a figure's setting footer (7 pt text under an 8-inch figure).
+FOOTER_CHARS = 150
+
+
+def sweep_footer(name: str, df: pd.DataFrame, experiment: Experiment | None,
+                 columns: Sequence[str]) -> str:
+    """The setting under a sweep figure: what was simulated (the experiment's label, the
+    swept fields named as swept), which schemes, and over which part of the run shares
+    and means are taken."""
+    from .sweeps import SWEPT_FIELDS_OF
+
+    if experiment is not None:
+        setting = experiment.label(swept=SWEPT_FIELDS_OF[name])
+    else:  # only the frame: say what it holds
+        first = df.iloc[0]
+        setting = f"{first['workload']}, {int(first['num_requests'])} requests"
+    schemes = ", ".join(dict.fromkeys(str(s) for s in df["scheme"])) if "scheme" in df \
+        else "?"
+    notes = [f"Setting: {setting}; scheme{'s' if ',' in schemes else ''} {schemes}."]
+    views = {c[:4] for c in columns if category_of(c)}
+    if views == {"all_"}:
+        notes.append("Shares: time-weighted over the whole run (every step).")
+    elif views == {"sat_"}:
+        notes.append("Shares: time-weighted over the saturated steps only (requests "
+                     "waiting).")
+    if "mean_batch_size" in columns:
+        notes.append("Mean batch: over every step that ran anything (whole run).")
+    if any("latency" in c for c in columns):
+        notes.append("Normalized latency: a request's end-to-end latency / its output "
+                     "tokens; median over requests.")
+    if "sharing_saving" in columns:
+        notes.append("Saving: 1 - physical / logical blocks, time-weighted over the run.")
+    return "\n".join(textwrap.wrap(" ".join(notes), FOOTER_CHARS))
+
+
+def _footer(ax: Any, text: str, below_pt: float = 34) -> None:
+    """``text`` under ``ax``'s x label, left-aligned, in 7 pt (gid ``"footer"``)."""
+    ax.annotate(text, (0, 0), xycoords="axes fraction", xytext=(0, -below_pt),
+                textcoords="offset points", va="top", ha="left", fontsize=7,
+                color="#333333", gid="footer", annotation_clip=False)
+
+
 def write_sweep(name: str, df: pd.DataFrame, out: str | os.PathLike[str],
-                prefix: str = "sweep") -> list[Path]:
+                prefix: str = "sweep", experiment: Experiment | None = None) -> list[Path]:
     """Write ``<prefix>_<name>.csv`` and one PNG per plotted column,
-    ``<prefix>_<name>_<column>.png``; returns the paths written."""
+    ``<prefix>_<name>_<column>.png``; returns the paths written. ``experiment`` is the
+    sweep's base experiment (:func:`~pagedsim.experiments.sweep_base`): the figures'
+    footer states its setting (without it, what the frame holds)."""
+    from ..plots.palette import column_label
     from ..plots.sweeps import sweep_curves
 
     out = Path(out)
@@ -123,55 +182,81 @@ def write_sweep(name: str, df: pd.DataFrame, out: str | os.PathLike[str],
     for y in ys:
         fig, ax = plt.subplots(figsize=(8, 4.2))
         cols = [y] if isinstance(y, str) else list(y)
-        plot_df = df
-        for i, col in enumerate(cols):
-            if col.startswith(("all_", "sat_")):
-                # sweep_curves draws the five categories in percent and in their colours;
-                # give it the plain category names.
-                cat = col.split("_", 1)[1]
-                plot_df = plot_df.assign(**{cat: df[col]})
-                cols[i] = cat
-        y = "_".join(cols)
-        sweep_curves(plot_df, x, cols, ax=ax, logx=logx, by=by,
-                     title=f"sweep {name}: {', '.join(c.replace('_', ' ') for c in cols)}")
+        names = []
+        for col in cols:
+            cat = category_of(col)
+            names.append(CATEGORY_SHORT[cat] if cat else column_label(col).split(" (")[0])
+        part = {"all_": " (whole run)", "sat_": " (saturated steps)"}.get(cols[0][:4], "")
+        title = f"{SWEEP_TITLES[name]}: {' and '.join(names)}{part}"
+        sweep_curves(df, x, cols, ax=ax, logx=logx, by=by, title=title)
         if by is not None:
-            _mark_paper_and_twins(ax, name, df, x, by, cols[0])
+            _mark_paper(ax, name, df, x, by, cols[0])
         if name == "sharing":
             ax.set_xlabel("samples per request n (parallel) or beam width (beam)")
-        path = out / f"{prefix}_{name.replace('-', '_')}_{y}.png"
+        footer = sweep_footer(name, df, experiment, cols)
+        twins = _twins_note(df, x, by, cols[0]) if by is not None else ""
+        _footer(ax, footer + (f"\n{twins}" if twins else ""))
+        # The file keeps its name: the plotted columns without their all_/sat_ prefix.
+        stem = "_".join(CATEGORY_KEY.get(c, c) for c in cols)
+        path = out / f"{prefix}_{name.replace('-', '_')}_{stem}.png"
         _savefig(fig, path)
         paths.append(path)
     return paths
 
 
-def _mark_paper_and_twins(ax: Any, name: str, df: pd.DataFrame, x: str, by: str,
-                          col: str) -> None:
+#: A prefixed share column -> its plain category (file names of the sweep figures).
+CATEGORY_KEY = {f"{p}{c}": c for p in ("all_", "sat_") for c in CATEGORIES}
+
+
+def _mark_paper(ax: Any, name: str, df: pd.DataFrame, x: str, by: str, col: str) -> None:
     """On a grouped sweep figure: the paper's numbers as crosses in the colour of the
-    matching curve, and a note naming curves that coincide (one would hide the other)."""
+    matching curve, labelled with the figure or section they come from."""
     # sweep_curves colours groups by SEQ_COLORS in order of appearance.
     from ..plots.palette import SEQ_COLORS
+    from ..plots.sweeps import percent_scale
 
     ref_col = {"sharing": "paper_saving", "rate": "paper_batch"}.get(name)
-    groups = list(df.groupby(by, sort=False))
-    for gi, (group, g) in enumerate(groups):
-        if ref_col is None or not g[ref_col].notna().any():
+    if ref_col is None:
+        return
+    source = {"sharing": "paper §6.3", "rate": "paper Fig. 13"}[name]
+    scale = percent_scale(col)
+    handles, _ = ax.get_legend_handles_labels()  # the curves
+    where = ""
+    for gi, (group, g) in enumerate(df.groupby(by, sort=False)):
+        if not g[ref_col].notna().any():
             continue
         if name == "rate":  # the paper measured one rate per workload
-            rate = FIGURE13_RATE.get(str(g["workload"].iloc[0]), math.nan)
+            workload = str(g["workload"].iloc[0])
+            rate = FIGURE13_RATE.get(workload, math.nan)
             xs, refs = [rate], [g[ref_col].iloc[0]]
+            where = f"{WORKLOAD_TITLES.get(workload, workload)}, {rate:g} req/s"
         else:
             xs, refs = list(g[x]), list(g[ref_col])
-        ax.plot(xs, refs, "x", markersize=9, mew=2, color=SEQ_COLORS[gi % 12],
-                label=f"paper: {group}")
-    if ref_col is not None:
-        ax.legend(fontsize=8, frameon=False)
-    # Identical curves hide one another; say so instead of letting one vanish.
+            where = "Alpaca"
+        ax.plot(xs, [r * scale for r in refs], "x", markersize=9, mew=2,
+                color=SEQ_COLORS[gi % 12], label=f"{source} ({where}): {group}",
+                gid=f"paper:{group}")
+    if where:  # one key entry for the marks: they take their curve's colour
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], marker="x", markersize=8, mew=2, linestyle="none",
+                              color="#555555",
+                              label=f"{source} ({where}), in its curve's colour"))
+    ax.legend(handles=handles, fontsize=8, frameon=False, loc="upper left",
+              bbox_to_anchor=(1.01, 1))
+
+
+#: Workload names as figures write them.
+WORKLOAD_TITLES = {"sharegpt": "ShareGPT", "alpaca": "Alpaca"}
+
+
+def _twins_note(df: pd.DataFrame, x: str, by: str, col: str) -> str:
+    """A note naming curves that coincide (one would hide the other), or ''."""
+    groups = list(df.groupby(by, sort=False))
     curves = {group: tuple(g.sort_values(x)[col].round(9)) for group, g in groups}
     same = [(a, b) for i, a in enumerate(curves) for b in list(curves)[i + 1:]
             if curves[a] == curves[b]]
-    if same:
-        text = "; ".join(f"{a} = {b} (identical runs)" for a, b in same)
-        ax.text(0.01, -0.16, text, transform=ax.transAxes, fontsize=7, va="top")
+    return "; ".join(f"{a} = {b} (identical runs)" for a, b in same)
 
 
 def make_figures(out: str | os.PathLike[str] = "figures", jobs: int | None = None,
@@ -201,7 +286,7 @@ def make_figures(out: str | os.PathLike[str] = "figures", jobs: int | None = Non
         df = run_sweep(name, make, jobs=jobs, progress=progress)
         tables[name] = sweep_table(name, df)
         frames[name] = df
-        paths += write_sweep(name, df, out)
+        paths += write_sweep(name, df, out, experiment=sweep_base(name, make))
     path = Path(out) / "README.md"
     path.write_text(figures_readme(cmp, tables, frames.get("sharing"),
                                    frames.get("block-size")), encoding="utf-8")
