@@ -8,8 +8,8 @@ A scheme is a name plus everything the rest of the package needs to know about i
   for forked children, swap-out sizes, whether a swap-in fits), so the scheduler never
   asks which scheme it drives;
 - ``view``: how its snapshot is drawn (``"blocks"``: a grid of blocks or pages,
-  :func:`pagedsim.plots.draw_block_map`; ``"arena"``: a linear arena of regions,
-  :func:`pagedsim.plots.draw_arena_map`);
+  :func:`pagedsim.plots.block_map`; ``"arena"``: a linear arena of regions,
+  :func:`pagedsim.plots.arena_map`; :func:`pagedsim.plots.pool_map` picks by view);
 - ``paper_key``: its key in :mod:`pagedsim.paper`'s tables, or None;
 - ``family``: which KV-cache class mirrors it on real tensors. ``pagedsim.kernels`` registers
   those classes with :func:`register_kv_cache` when it is imported, so ``pagedsim``
