@@ -7,12 +7,19 @@ import argparse
 import json
 from dataclasses import asdict
 
-from ..budget import KVBudget, kv_budget
+from ..budget import (
+    BUDGET_PRESETS,
+    PAPER_OPT_13B,
+    KVBudget,
+    get_budget_preset,
+    kv_budget,
+    preset_of,
+)
 from ..specs import GPUS, MODELS, get_gpu, get_model
 from ..textfmt import format_table
 from ..units import GiB, KiB, MiB
 from .argtypes import gib_to_bytes, preset, whole
-from .base import UNITS_NOTE
+from .base import UNITS_NOTE, CliError
 
 # --------------------------------------------------------------------------------------
 # Formatting helpers (numbers computed, never typed in).
@@ -45,41 +52,65 @@ def _size(num_bytes: float) -> str:
 # budget
 
 
+#: ``pagedsim budget``'s defaults without ``--preset``: vLLM's own start-up defaults.
+BUDGET_UTILIZATION = 0.9
+BUDGET_ACTIVATION_BYTES = 0
+
+
 def add_budget(subparsers: argparse._SubParsersAction) -> None:
+    paper = PAPER_OPT_13B
     p = subparsers.add_parser(
         "budget",
         help="KV-cache budget: bytes per token, pool size, blocks and token slots",
         description=(
             "How much KV cache a model gets on a GPU, as vLLM computes it at start-up: "
             "kv = total GPU memory x utilization - weights - activations; "
-            "num_blocks = kv // (block_size x bytes per token). " + UNITS_NOTE + "."
+            "num_blocks = kv // (block_size x bytes per token). Without --preset the "
+            f"utilization and activations default to vLLM's {BUDGET_UTILIZATION:g} and "
+            f"{BUDGET_ACTIVATION_BYTES}; --preset {paper.name} is {paper.source}, which "
+            f"'pagedsim compare' uses ({paper.budget().max_tokens:,} slots). "
+            + UNITS_NOTE + "."
         ),
     )
-    p.add_argument("--model", required=True, metavar="NAME", type=preset("model", MODELS),
-                   help=f"model preset, one of: {', '.join(MODELS)} (any case)")
-    p.add_argument("--gpu", required=True, metavar="NAME", type=preset("gpu", GPUS),
-                   help=f"GPU preset, one of: {', '.join(GPUS)} (any case)")
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   type=preset("preset", BUDGET_PRESETS),
+                   help="named memory setting, one of: "
+                        + "; ".join(f"{b.name} ({b.model} on {b.num_gpus} x {b.gpu}, "
+                                    f"utilization {b.gpu_memory_utilization:g}, "
+                                    f"{b.activation_bytes / GiB:g} GiB of activations: "
+                                    f"{b.source})" for b in BUDGET_PRESETS.values())
+                        + ". The other flags override its parts")
+    p.add_argument("--model", default=None, metavar="NAME", type=preset("model", MODELS),
+                   help=f"model preset, one of: {', '.join(MODELS)} (any case); required "
+                        "without --preset")
+    p.add_argument("--gpu", default=None, metavar="NAME", type=preset("gpu", GPUS),
+                   help=f"GPU preset, one of: {', '.join(GPUS)} (any case); required "
+                        "without --preset")
     p.add_argument("--weights-gb", type=gib_to_bytes, default=None, metavar="GIB",
                    help="weights across all GPUs, in GiB (2**30 bytes); "
                         "default: the model preset's")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, metavar="FRACTION",
-                   help="fraction of GPU memory the engine claims, in (0, 1] (default 0.9)")
-    p.add_argument("--activation-gb", type=gib_to_bytes, default=0, metavar="GIB",
+    p.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="FRACTION",
+                   help="fraction of GPU memory the engine claims, in (0, 1] (default "
+                        f"{BUDGET_UTILIZATION:g}, vLLM's; with --preset, the preset's)")
+    p.add_argument("--activation-gb", type=gib_to_bytes, default=None, metavar="GIB",
                    help="peak activation and other non-KV memory across all GPUs, in GiB "
-                        "(default 0)")
+                        f"(default {BUDGET_ACTIVATION_BYTES}; with --preset, the preset's)")
     p.add_argument("--block-size", type=whole, default=16, metavar="TOKENS",
                    help="token slots per KV block (default 16, as in vLLM)")
-    p.add_argument("--num-gpus", type=whole, default=1, metavar="N",
-                   help="GPUs the model is sharded over; memory and KV cache add up (default 1)")
+    p.add_argument("--num-gpus", type=whole, default=None, metavar="N",
+                   help="GPUs the model is sharded over; memory and KV cache add up "
+                        "(default 1; with --preset, the preset's)")
     p.add_argument("--seq-len", type=whole, default=1024, metavar="TOKENS",
                    help="sequence length for the per-sequence example line (default 1024)")
     p.add_argument("--json", action="store_true",
-                   help="print the budget's fields as one JSON object (sizes in bytes)")
+                   help="print the budget's fields as one JSON object (sizes in bytes), "
+                        "with 'preset': the named setting it is, or null")
     p.set_defaults(run=run_budget)
 
 
 def budget_text(b: KVBudget, seq_len: int) -> str:
-    """The budget, one computed step per line, in binary units."""
+    """The budget, one computed step per line, in binary units; then the named setting
+    it is (:func:`pagedsim.budget.preset_of`), or the one for the same model and GPUs."""
     model = get_model(b.model)
     gpu = get_gpu(b.gpu)
     gpus = f"{b.num_gpus} x {gpu.name}"
@@ -110,23 +141,63 @@ def budget_text(b: KVBudget, seq_len: int) -> str:
         lines.append(f"left over (less than one block): {_size(unused)} ({unused} bytes)")
     if b.num_blocks == 0:
         lines.append("warning: the KV cache is smaller than one block; nothing can be served")
+    lines.extend(_preset_lines(b))
     return "\n".join(lines)
+
+
+def _preset_lines(b: KVBudget) -> list[str]:
+    """The named setting ``b`` is, with what its source reports; or, for the same model
+    and GPUs in another setting, a pointer to the named one."""
+    named = preset_of(b.model, b.gpu, b.num_gpus, b.gpu_memory_utilization,
+                      b.activation_bytes, b.weights_bytes)
+    if named is not None:
+        reported = (f"; it reports {named.reported_slots / 1000:.1f}K slots"
+                    if named.reported_slots else "")
+        return ["", f"this is preset {named.name}: {named.source}{reported}; "
+                    "'pagedsim compare' runs it by default"]
+    for other in BUDGET_PRESETS.values():
+        if (other.model, other.gpu, other.num_gpus) == (b.model, b.gpu, b.num_gpus):
+            ob = other.budget(b.block_size)
+            reported = (f" ({other.reported_slots / 1000:.1f}K in the source)"
+                        if other.reported_slots else "")
+            return ["", f"note: {other.source} is --preset {other.name}: utilization "
+                        f"{other.gpu_memory_utilization:g} and "
+                        f"{_gib(other.activation_bytes)} of activations give "
+                        f"{_gib(ob.kv_cache_bytes)} of KV cache = {ob.max_tokens:,} token "
+                        f"slots{reported}; 'pagedsim compare' uses it"]
+    return []
 
 
 def run_budget(args: argparse.Namespace) -> int:
     if args.seq_len < 1:
         raise ValueError(f"--seq-len must be >= 1, got {args.seq_len!r}")
+    chosen = get_budget_preset(args.preset) if args.preset else None
+    for flag, value in (("--model", args.model), ("--gpu", args.gpu)):
+        if value is None and chosen is None:
+            raise CliError(f"argument {flag}: required without --preset (one of: "
+                           f"{', '.join(BUDGET_PRESETS)})")
+
+    def pick(value: object, from_preset: object, default: object) -> object:
+        if value is not None:
+            return value
+        return from_preset if chosen is not None else default
+
     b = kv_budget(
-        args.model,
-        args.gpu,
-        weights_bytes=args.weights_gb,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        activation_bytes=args.activation_gb,
+        pick(args.model, chosen and chosen.model, None),
+        pick(args.gpu, chosen and chosen.gpu, None),
+        weights_bytes=pick(args.weights_gb, chosen and chosen.weights_bytes, None),
+        gpu_memory_utilization=pick(args.gpu_memory_utilization,
+                                    chosen and chosen.gpu_memory_utilization,
+                                    BUDGET_UTILIZATION),
+        activation_bytes=pick(args.activation_gb, chosen and chosen.activation_bytes,
+                              BUDGET_ACTIVATION_BYTES),
         block_size=args.block_size,
-        num_gpus=args.num_gpus,
+        num_gpus=pick(args.num_gpus, chosen and chosen.num_gpus, 1),
     )
     if args.json:
-        print(json.dumps(b.to_dict(), indent=2))
+        named = preset_of(b.model, b.gpu, b.num_gpus, b.gpu_memory_utilization,
+                          b.activation_bytes, b.weights_bytes)
+        print(json.dumps({**b.to_dict(), "preset": named and named.name}, indent=2))
     else:
         print(budget_text(b, args.seq_len))
     return 0

@@ -290,7 +290,8 @@ def json_rows(cmp: Comparison) -> list[dict[str, Any]]:
     df = shares_frame(cmp.summary, cmp.part)
     extra = ("part", "saturated_time_fraction", "sat_mean_batch_size", "requests_per_s",
              "p50_normalized_latency_s", "p90_normalized_latency_s", "sharing_saving",
-             "swaps", "cow_copies", "num_steps", "makespan_s", "capacity_slots")
+             "swaps", "cow_copies", "num_steps", "makespan_s", "capacity_slots",
+             "preempted_requests")
     rows = []
     for rec in df.to_dict("records"):
         rows.append({k: _plain(rec[k]) for k in (*JSON_KEYS, *extra)})
