@@ -94,6 +94,39 @@ def test_timeline_running_requests_have_their_own_axes(fractions: bool) -> None:
     assert wait_ax.get_xlabel() == "time (s)" and pool.get_xlabel() == ""
 
 
+def test_timeline_many_steps_draw_a_mean_over_the_faint_steps() -> None:
+    """v0 scheduling alternates prefill steps (few running) and decode steps (the batch):
+    thousands of such steps draw a solid block, so the panel draws their time-weighted
+    mean per span of the x axis over the faint per-step line."""
+    from pagedsim.plots.timeline import QUEUE_BINS, QUEUE_MAX_RAW_STEPS
+
+    n = 3 * QUEUE_MAX_RAW_STEPS
+    steps = _busy_steps(n)
+    prefill = np.arange(n) % 3 == 0
+    steps["running"] = np.where(prefill, 2, 30)
+    steps["step_time_s"] = np.where(prefill, 0.1, 0.02)
+    steps["time_s"] = np.concatenate([[0.0], np.cumsum(steps["step_time_s"])[:-1]])
+    pool = memory_timeline(steps)
+    fig = pool.figure
+    _, raw = _line(fig, "line:running:steps")
+    assert list(raw.get_ydata()) == list(steps["running"])
+    run_ax, mean = _line(fig, "line:running")
+    # Independently: the step-time-weighted mean in each of QUEUE_BINS equal time spans.
+    t = steps["time_s"].to_numpy()
+    span = (t.max() - t.min()) / QUEUE_BINS
+    b = np.minimum(((t - t.min()) / span).astype(int), QUEUE_BINS - 1)
+    w = steps["step_time_s"].to_numpy()
+    frame = pd.DataFrame({"b": b, "wy": w * steps["running"], "w": w})
+    sums = frame.groupby("b").sum()
+    assert list(mean.get_ydata()) == pytest.approx(list(sums["wy"] / sums["w"]))
+    assert min(mean.get_ydata()) > 2 and max(mean.get_ydata()) < 30  # neither extreme
+    # The axis spans the per-step extremes (30), and the mean (10) still reads off it.
+    assert run_ax.get_ylim()[1] == pytest.approx(33)
+    key = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    assert any(k.startswith("requests: mean per ") for k in key)
+    assert "requests: every step" in key
+
+
 def test_timeline_panels_stay_inside_the_given_axes() -> None:
     """Given an axes in a grid, the queue panels are carved out of it: the neighbour
     does not move and nothing overlaps it."""
