@@ -3,13 +3,15 @@
 Commands:
 
 - ``budget``  the KV-cache memory budget of one model on one or more GPUs (vLLM's start-up
-  arithmetic): bytes per token, bytes per sequence, the pool, its blocks and token slots.
+  arithmetic): bytes per token, bytes per sequence, the pool, its blocks and token slots;
+  ``--preset paper-opt-13b`` is the vLLM paper's setting, which ``compare`` runs.
 - ``models``  the model presets (``pagedsim.MODELS``).
 - ``gpus``    the GPU presets (``pagedsim.GPUS``).
 - ``schemes`` the registered allocation schemes (``pagedsim.schemes.SCHEMES``).
 - ``compare`` one workload through every scheme: shares of the KV pool, batch size,
   throughput, beside the vLLM paper's Figure 2 / Figure 13 (:mod:`pagedsim.experiments`).
-- ``sweep``   block size, request rate, n / beam width, swap vs recompute.
+- ``sweep``   block size, request rate, n / beam width, swap vs recompute (``pagedsim sweep
+  NAME --help``: one sweep's own defaults).
 - ``figures`` regenerate every committed figure under ``figures/``.
 - ``cache-replay`` prefix-cache hit rate of a trace against capacity (Mooncake's Figure 9).
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..accounting import CATEGORIES
@@ -88,15 +88,19 @@ def _step_counter(report: Callable[[int], None]) -> Callable[[Any, Any], None]:
 
 
 def task_requests(tasks: Sequence[tuple[Experiment, str]]) -> list[int]:
-    """Requests each ``(experiment, scheme)`` task simulates (a trace is loaded once per
-    distinct experiment to count them)."""
-    counts: dict[Experiment, int] = {}
+    """Requests each ``(experiment, scheme)`` task simulates. A trace is loaded to count
+    them, once per file and loading options (rescaling to a rate keeps the count)."""
+    counts: dict[tuple[Any, ...], int] = {}
     out = []
     for exp, _ in tasks:
-        if exp not in counts:
-            counts[exp] = (int(exp.num_requests) if not exp.is_trace
-                           else len(exp.trace().requests))
-        out.append(counts[exp])
+        if not exp.is_trace:
+            out.append(int(exp.num_requests))
+            continue
+        key = (exp.workload, exp.num_requests, exp.on_too_long, exp.skip_zero_output,
+               exp.model)
+        if key not in counts:
+            counts[key] = len(replace(exp, rate_per_s=None).trace().requests)
+        out.append(counts[key])
     return out
 
 
