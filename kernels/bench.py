@@ -290,14 +290,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m pagedsim.kernels.bench",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny CPU correctness run, no timing")
-    p.add_argument("--out", type=Path, default=Path("figures/bench_paged_attention.csv"))
+    p.add_argument("--out", type=Path, default=Path("figures/bench_paged_attention.csv"),
+                   help="CSV of the timed sweep, one row per configuration (default "
+                        "figures/bench_paged_attention.csv)")
     p.add_argument("--plot", type=Path, default=None, help="also write a PNG plot here")
-    p.add_argument("--batch", type=int, nargs="+", default=list(BATCHES))
-    p.add_argument("--context", type=int, nargs="+", default=list(CONTEXTS))
-    p.add_argument("--block-size", type=int, nargs="+", default=list(BLOCK_SIZES))
-    p.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=DTYPES)
-    p.add_argument("--iters", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, nargs="+", default=list(BATCHES), metavar="SEQS",
+                   help=f"sequences per decode step (default {' '.join(map(str, BATCHES))})")
+    p.add_argument("--context", type=int, nargs="+", default=list(CONTEXTS), metavar="TOKENS",
+                   help="tokens of context per sequence (default "
+                        f"{' '.join(map(str, CONTEXTS))})")
+    p.add_argument("--block-size", type=int, nargs="+", default=list(BLOCK_SIZES),
+                   metavar="SLOTS", help="slots per KV block (default "
+                                         f"{' '.join(map(str, BLOCK_SIZES))})")
+    p.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=DTYPES,
+                   help="K/V and query dtypes (default both)")
+    p.add_argument("--iters", type=int, default=30,
+                   help="timed launches per configuration, CUDA events (default 30)")
+    p.add_argument("--warmup", type=int, default=5,
+                   help="untimed launches first, to compile and warm caches (default 5)")
     p.add_argument("--max-minutes", type=float, default=5.0,
                    help="stop the sweep after this long (the rows so far are written)")
     return p.parse_args(argv)
