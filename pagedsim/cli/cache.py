@@ -8,6 +8,7 @@ import json
 import math
 
 from .argtypes import csv_list, shown, whole
+from .base import CliError
 
 
 def capacity(text: str) -> float:
@@ -30,15 +31,22 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
                     "most prompt_len - 1 tokens), then insert its blocks, evicting least "
                     "recently used blocks while over capacity. Prompts share content only "
                     "where the trace says so (Mooncake's hash_ids); other traces hit 0%%.")
-    p.add_argument("trace", help="a trace file (Mooncake JSONL, Azure CSV, pagedsim CSV/JSONL)")
-    p.add_argument("--block-size", type=whole, default=512, metavar="TOKENS",
-                   help="tokens per cached block (default 512, Mooncake's)")
+    p.add_argument("trace", metavar="TRACE",
+                   help="a trace file (Mooncake JSONL, Azure CSV, pagedsim CSV/JSONL), or "
+                        "a synthetic workload whose prompts share content: system-prompt, "
+                        "multi-turn or few-shot (pagedsim.sharing_workloads, default shapes)")
+    p.add_argument("--block-size", type=whole, default=None, metavar="TOKENS",
+                   help="tokens per cached block (default 512, Mooncake's, for a trace; 16, "
+                        "vLLM's, for a synthetic workload)")
     p.add_argument("--capacity-tokens", type=csv_list(capacity), default=[math.inf],
                    metavar="C[,C...]",
                    help="cache capacity in tokens, or inf (default); several, comma-separated, "
                         "print one row each")
     p.add_argument("--num-requests", type=whole, default=None, metavar="N",
-                   help="replay only the trace's first N requests")
+                   help="replay only the trace's first N requests (a synthetic "
+                        "workload: N requests, default 2000)")
+    p.add_argument("--seed", type=whole, default=0, metavar="SEED",
+                   help="seed of a synthetic workload (default 0; a trace ignores it)")
     p.add_argument("--json", action="store_true",
                    help="print a JSON object (a list of objects for several capacities) with "
                         "hit_rate, queries, hits (tokens), evictions, peak_blocks")
@@ -47,15 +55,30 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
 
 def run_cache_replay(args: argparse.Namespace) -> int:
     from ..cache_replay import replay
+    from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
+    from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
     from ..traces import load_trace
 
-    trace = load_trace(args.trace, max_requests=args.num_requests)
-    results = [replay(trace.requests, args.block_size, c) for c in args.capacity_tokens]
+    if args.trace in SHARING_WORKLOAD_NAMES:
+        if args.seed < 0:
+            raise CliError(f"argument --seed: must be >= 0, got {args.seed}")
+        if args.num_requests is not None and args.num_requests < 1:
+            raise CliError(f"argument --num-requests: must be >= 1, got {args.num_requests}")
+        count = DEFAULT_NUM_REQUESTS if args.num_requests is None else args.num_requests
+        requests = sharing_workload(args.trace, count, DEFAULT_RATE, args.seed)
+        report = (f"{args.trace}: {len(requests):,} synthetic requests (seed {args.seed}), "
+                  f"{sum(r.prompt_len for r in requests):,} prompt tokens")
+        block_size = 16 if args.block_size is None else args.block_size
+    else:
+        trace = load_trace(args.trace, max_requests=args.num_requests)
+        requests, report = trace.requests, trace.report()
+        block_size = 512 if args.block_size is None else args.block_size
+    results = [replay(requests, block_size, c) for c in args.capacity_tokens]
     if args.json:
         rows = [r.to_dict() for r in results]
         print(json.dumps(rows[0] if len(rows) == 1 else rows, indent=1))
         return 0
-    print(trace.report())
+    print(report)
     print(f"{'capacity (tokens)':>18}  {'hit rate':>8}  {'hit tokens':>14}  "
           f"{'prompt tokens':>14}  {'evicted blocks':>14}")
     for r in results:

@@ -71,9 +71,14 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
         return text
 
     wl = _default(d.workload)
-    p.add_argument("--workload", default=None, metavar="{sharegpt,alpaca,PATH}",
-                   type=nonempty("sharegpt, alpaca or the path of a trace file"),
-                   help=f"synthetic ShareGPT-/Alpaca-like lengths, or a trace file (Azure "
+    p.add_argument("--workload", default=None,
+                   metavar="{sharegpt,alpaca,system-prompt,multi-turn,few-shot,PATH}",
+                   type=nonempty("sharegpt, alpaca, system-prompt, multi-turn, few-shot or "
+                                 "the path of a trace file"),
+                   help=f"synthetic ShareGPT-/Alpaca-like lengths; system-prompt, "
+                        f"multi-turn or few-shot: prompts that share content (shared system "
+                        f"prompts, conversation histories, few-shot examples; "
+                        f"pagedsim.sharing_workloads); or a trace file (Azure "
                         f"2023 CSV or pagedsim CSV/JSONL; its arrival times are used, "
                         f"rebased to the first row's when they are wall-clock readings) "
                         f"({wl}). With a trace, a one-line report of what loading "
@@ -408,7 +413,9 @@ def _sweep_overview() -> str:
 
 def _load(workload: str | None) -> str:
     """``"sharegpt"`` -> ``"a ShareGPT-like load"``."""
-    names = {"sharegpt": "a ShareGPT-like load", "alpaca": "an Alpaca-like load"}
+    names = {"sharegpt": "a ShareGPT-like load", "alpaca": "an Alpaca-like load",
+             "system-prompt": "a shared-system-prompt load",
+             "multi-turn": "a multi-turn conversation load", "few-shot": "a few-shot load"}
     return names.get(str(workload), f"the trace {workload}")
 
 

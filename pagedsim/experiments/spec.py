@@ -18,6 +18,7 @@ from ..budget import PAPER_OPT_13B, kv_budget, preset_of
 from ..cost import CostModel
 from ..scheduler import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from ..schemes import get_scheme
+from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
 from ..specs import get_gpu, get_model
 from ..traces import ON_TOO_LONG, Trace, TraceError, load_trace
 from ..units import GiB
@@ -37,7 +38,9 @@ MAX_NUM_REQUESTS = 10_000_000
 #: pool, 8 x H200 with blocks of 16, has under 2**20 blocks.
 MAX_POOL_BLOCKS = 1 << 26
 #: Workload kinds the CLI accepts by name (anything else is a trace file path).
-WORKLOAD_NAMES = ("sharegpt", "alpaca")
+#: The sharing ones (pagedsim.sharing_workloads) fill prompt_pieces: their prompts share
+#: system prompts, conversation histories or few-shot examples.
+WORKLOAD_NAMES = ("sharegpt", "alpaca", *SHARING_WORKLOAD_NAMES)
 #: Which part of the run a compare table reports: saturated steps, or all of it.
 PARTS = ("saturated", "all")
 #: Keys of one ``--json`` row of ``pagedsim compare`` (more may follow them).
@@ -49,9 +52,11 @@ JSON_KEYS = ("scheme", *CATEGORIES, "mean_batch_size", "throughput_tokens_per_s"
 class Experiment:
     """What to simulate: model and GPUs (hence the KV pool), workload, scheduler.
 
-    Sizes in bytes, rates in requests/s. ``workload`` is ``"sharegpt"``, ``"alpaca"`` or
-    the path of a trace file (:func:`pagedsim.traces.load_trace`). ``n`` / ``beam_width``
-    are given to every request (they override a trace's). ``swap_bytes`` is the CPU swap
+    Sizes in bytes, rates in requests/s. ``workload`` is ``"sharegpt"``, ``"alpaca"``, one of
+    the prefix-sharing shapes ``"system-prompt"``, ``"multi-turn"``, ``"few-shot"``
+    (:func:`pagedsim.sharing_workloads.sharing_workload`) or the path of a trace file
+    (:func:`pagedsim.traces.load_trace`). ``n`` / ``beam_width`` are given to every
+    request (they override a trace's). ``swap_bytes`` is the CPU swap
     space for ``preemption="swap"`` (vLLM's default ``swap_space`` is 4 GiB per GPU).
     ``max_num_batched_tokens`` None means ``max(2048, max_model_len)``.
 
@@ -182,6 +187,10 @@ class Experiment:
         """The workload (deterministic: same experiment, same requests)."""
         if not self.is_trace:
             assert self.num_requests is not None and self.rate_per_s is not None
+            if self.workload in SHARING_WORKLOAD_NAMES:
+                return sharing_workload(self.workload, self.num_requests,
+                                        float(self.rate_per_s), self.seed,
+                                        self.max_model_len, self.n, self.beam_width)
             return generate_workload(WorkloadConfig(
                 kind=self.workload, num_requests=self.num_requests,
                 rate_per_s=float(self.rate_per_s), seed=self.seed,
