@@ -191,3 +191,16 @@ def test_cli_cache_replay_by_name(name: str, capsys: pytest.CaptureFixture[str])
 def test_cli_cache_replay_bad_count(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cache-replay", "few-shot", "--num-requests", "0"]) != 0
     assert "--num-requests" in capsys.readouterr().err
+
+
+def test_readme_quotes_the_hit_rates_this_code_computes() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    quoted = re.search(r"system-prompt hits ([\d.]+)%, multi-turn ([\d.]+)%, few-shot "
+                       r"([\d.]+)% \(ShareGPT: 0%\)", readme)
+    assert quoted, "README's sharing-workload sentence changed shape"
+    computed = [round(100 * replay(sharing_workload(n, 2000, seed=0), 16).hit_rate, 1)
+                for n in ("system-prompt", "multi-turn", "few-shot")]
+    assert [float(x) for x in quoted.groups()] == computed
