@@ -18,6 +18,7 @@ import pytest
 from pagedsim.budget import PAPER_OPT_13B
 from pagedsim.cli import build_parser, main
 from pagedsim.cli import simulate as simulate_cli
+from pagedsim.cli import sweep as sweep_cli
 from pagedsim.experiments import Experiment, run_many, sweep_base
 from pagedsim.experiments import runner as runner_module
 from pagedsim.experiments.spec import DEFAULT_NUM_REQUESTS
@@ -64,9 +65,9 @@ def test_each_sweep_has_its_own_help_with_its_real_defaults(
         capsys: pytest.CaptureFixture[str], name: str) -> None:
     out, _ = _run(capsys, ["sweep", name, "--help"])
     assert out.startswith(f"usage: pagedsim sweep {name} ")
-    assert out == simulate_cli.sweep_parser(name).format_help()
+    assert out == sweep_cli.sweep_parser(name).format_help()
     exp = _sweep_defaults(name)
-    helps = _helps(simulate_cli.sweep_parser(name))
+    helps = _helps(sweep_cli.sweep_parser(name))
     assert f"default {exp.num_requests:,};" in helps["--num-requests"]
     assert f"default {exp.workload})" in helps["--workload"]
     swept = {f for f in SWEPT_FIELDS_OF[name]}

@@ -19,8 +19,9 @@ Units: every "GB" in a flag or in the output is a binary gigabyte, 1 GiB = 2**30
 (as ``nvidia-smi`` and the vLLM paper's arithmetic count; see :mod:`pagedsim.units`).
 
 One module per group of commands: :mod:`~pagedsim.cli.presets` (budget, models, gpus),
-:mod:`~pagedsim.cli.schemes` (schemes), :mod:`~pagedsim.cli.simulate` (compare, sweep,
-figures); argument types in
+:mod:`~pagedsim.cli.schemes` (schemes), :mod:`~pagedsim.cli.simulate` (compare, figures,
+the options they share), :mod:`~pagedsim.cli.sweep` (sweep), :mod:`~pagedsim.cli.cache`
+(cache-replay); argument types in
 :mod:`~pagedsim.cli.argtypes`. Adding a command (keep the modules light: import heavy
 things inside ``run_<cmd>``, since ``import pagedsim.cli`` must never pull in torch, triton
 or matplotlib):
@@ -46,7 +47,8 @@ from .base import EXIT_USAGE, PROG, UNITS_NOTE, ArgumentParser, CliError, name_t
 from .cache import add_cache_replay
 from .presets import add_budget, add_gpus, add_models
 from .schemes import add_schemes
-from .simulate import add_compare, add_figures, add_sweep
+from .simulate import add_compare, add_figures
+from .sweep import add_sweep
 
 __all__ = ["COMMANDS", "EXIT_USAGE", "PROG", "UNITS_NOTE", "CliError", "build_parser", "main"]
 
