@@ -111,6 +111,15 @@ class KVCache:
         #: "torch"); None means :data:`pagedsim.kernels.BACKEND`.
         self.backend: str | None = None
 
+    @classmethod
+    def for_scheme(cls, config: KVCacheConfig, scheme: str, max_model_len: int = 2048):
+        """A cache over a fresh allocator of ``scheme``, built by the scheme registry for
+        this pool: blocks of ``config.block_size`` (contiguous regions aligned to them, so
+        a region is a run of whole blocks)."""
+        return cls(config, allocator=pagedsim.make_allocator(
+            scheme, config.capacity_slots, config.block_size, max_model_len,
+            align_slots=config.block_size))
+
     # ----------------------------------------------------------- sequences
     def add(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
         """Room for a new sequence's ``num_tokens``-token prompt (raises OutOfMemoryError)."""
@@ -277,13 +286,6 @@ class PagedKVCache(KVCache):
                              f"of {config.block_size}")
         self.allocator = allocator
 
-    @classmethod
-    def for_scheme(cls, config: KVCacheConfig, scheme: str,
-                   max_model_len: int = 2048) -> PagedKVCache:
-        """A cache over a fresh allocator of ``scheme`` (built by the scheme registry)."""
-        return cls(config, pagedsim.make_allocator(scheme, config.capacity_slots,
-                                                   config.block_size, max_model_len))
-
     def block_table(self, seq_id: SeqId) -> list[int]:
         return self.allocator.block_table(seq_id)
 
@@ -319,14 +321,6 @@ class ContiguousKVCache(KVCache):
                              f"{allocator.align_slots}, the cache needs "
                              f"{config.capacity_slots} aligned to {config.block_size}")
         self.allocator = allocator
-
-    @classmethod
-    def for_scheme(cls, config: KVCacheConfig, scheme: str,
-                   max_model_len: int = 2048) -> ContiguousKVCache:
-        """A cache over a fresh allocator of ``scheme``, its regions aligned to blocks."""
-        return cls(config, allocator=pagedsim.make_allocator(
-            scheme, config.capacity_slots, config.block_size, max_model_len,
-            align_slots=config.block_size))
 
     def block_table(self, seq_id: SeqId) -> list[int]:
         start, _size = self.allocator.region(seq_id)
