@@ -13,8 +13,10 @@ day=$(date -u +%Y-%m-%d)
 out=${1:-figures/gpu/${gpu}_${day}}
 mkdir -p "$out"
 echo "GPU: $gpu  date: $day  out: $out"
-${TESTS_TIMEOUT:+timeout $TESTS_TIMEOUT} python -m pytest -q tests/test_kernels_attention.py tests/test_kernels_cache_ops.py \
-    tests/test_kernels_bench.py 2>&1 | tail -3 | tee "$out/kernel_tests.txt"
+# A failing kernel test must not stop the benchmarks below: its summary lands in the file.
+${TESTS_TIMEOUT:+timeout $TESTS_TIMEOUT} python -m pytest -q --tb=line -rfE \
+    tests/test_kernels_attention.py tests/test_kernels_cache_ops.py tests/test_kernels_bench.py \
+    2>&1 | tee "$out/kernel_tests.txt" || echo "kernel tests: not all passed (see kernel_tests.txt)"
 python -m pagedsim.kernels.bench --out "$out/bench.csv" --plot "$out/bench.png" --max-minutes "${BENCH_MINUTES:-4}" \
     | tee "$out/bench.txt"
 python -m pagedsim.kernels.measure --schemes paged,contiguous-oracle,contiguous-max \
