@@ -1,316 +1,34 @@
 """Stateful property tests of every registered allocation scheme.
 
 One machine per entry of :data:`pagedsim.schemes.SCHEMES`, built through the registry,
-so a new scheme gets these tests for free.
-
-Hypothesis drives random sequences of allocate / append / fork / free / swap and
-deliberately bad or oversized requests. Beside the allocator the machine keeps a
-model of what a real KV cache would hold: a dict ``slot -> token value`` updated
-only through the copies the allocator reports and the slots it hands out. If the
-allocator forgot a copy-on-write, handed a slot to two sequences, or lost a token
-on swap, some sequence would read back a wrong value.
+so a new scheme gets these tests for free. The rules and invariants live in
+:mod:`pagedsim.testing.allocator_machine` (the classroom labs' graders use them too):
+random allocate / append / fork / free / swap sequences, deliberately bad or oversized
+requests, and a model of what a real KV cache would hold, updated only through the
+copies the allocator reports and the slots it hands out.
 """
 
 from __future__ import annotations
 
-import copy
-
-import pytest
 from hypothesis import assume
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from pagedsim import CATEGORIES, ModelSpec, OutOfMemoryError, account
+from pagedsim import ModelSpec
 from pagedsim.schemes import SCHEMES, make_allocator
-
-
-def apply_copies(src_mem: dict, dst_mem: dict, copies) -> None:
-    """Carry out KVCopy records on the model memories (copy reads first: copies may chain)."""
-    for c in copies:
-        values = [src_mem.get(c.src_slot + i) for i in range(c.num_slots)]
-        for i, v in enumerate(values):
-            if v is None:
-                dst_mem.pop(c.dst_slot + i, None)
-            else:
-                dst_mem[c.dst_slot + i] = v
-
-
-class AllocatorMachine(RuleBasedStateMachine):
-    """Shared rules; subclasses say how to build the allocator."""
-
-    max_len = 64
-
-    def make(self, data):  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    @initialize(data=st.data())
-    def setup(self, data):
-        self.alloc = self.make(data)
-        self.initial = self.alloc.snapshot()
-        self.tokens: dict[int, list[int]] = {}  # seq -> token values, in order
-        self.finals: dict[int, int] = {}
-        self.held: dict[int, list[int]] = {}  # parent -> children admitted, not yet forked
-        self.mem: dict[int, int] = {}  # GPU slot -> value
-        self.swapped: list[tuple[object, dict[int, int], dict[int, list[int]]]] = []
-        self.next_id = 0
-        self.next_value = 1
-
-    # ----------------------------------------------------------------- helpers
-    def _new_id(self) -> int:
-        self.next_id += 1
-        return self.next_id
-
-    def _value(self) -> int:
-        self.next_value += 1
-        return self.next_value
-
-    def _expect_failure(self, fn, exc):
-        before = self.alloc.snapshot()
-        with pytest.raises(exc):
-            fn()
-        assert self.alloc.snapshot() == before, "a failed operation changed the allocator"
-
-    # ------------------------------------------------------------------- rules
-    def _prefill(self, seq: int, num_tokens: int, final: int) -> None:
-        slots = self.alloc.slot_mapping(seq)
-        values = [self._value() for _ in range(num_tokens)]
-        for s, v in zip(slots, values, strict=True):
-            self.mem[s] = v
-        self.tokens[seq] = values
-        self.finals[seq] = final
-
-    @rule(num_tokens=st.integers(1, 40), extra=st.integers(0, 24),
-          watermark=st.sampled_from([0.0, 0.0, 0.25]))
-    def allocate(self, num_tokens, extra, watermark):
-        seq = self._new_id()
-        final = min(num_tokens + extra, self.max_len)
-        before = self.alloc.snapshot()
-        if self.alloc.allocate_group([seq], num_tokens, final, watermark=watermark):
-            self._prefill(seq, num_tokens, final)
-        else:
-            assert self.alloc.snapshot() == before, "a failed admission changed the allocator"
-            if watermark == 0.0:  # the single-sequence call agrees
-                self._expect_failure(lambda: self.alloc.allocate(seq, num_tokens, final),
-                                     OutOfMemoryError)
-
-    @rule(num_tokens=st.integers(1, 40), extra=st.integers(0, 24), k=st.integers(1, 3))
-    def admit_with_forks(self, num_tokens, extra, k):
-        """A request admitted with room for k samples to fork later (as the scheduler does)."""
-        seq = self._new_id()
-        children = [self._new_id() for _ in range(k)]
-        final = min(num_tokens + extra, self.max_len)
-        before = self.alloc.snapshot()
-        if not self.alloc.allocate_group([seq], num_tokens, final, children):
-            assert self.alloc.snapshot() == before, "a failed admission changed the allocator"
-            return
-        self._prefill(seq, num_tokens, final)
-        self.held[seq] = children
-
-    @precondition(lambda self: any(p in self.tokens for p in self.held))
-    @rule(data=st.data())
-    def fork_held(self, data):
-        """Forking a child whose room was held at admission cannot fail while its parent
-        still holds its prompt (the scheduler forks before any append)."""
-        parent = data.draw(st.sampled_from(sorted(p for p in self.held if p in self.tokens)))
-        child = self.held[parent].pop()
-        if not self.held[parent]:
-            del self.held[parent]
-        before = self.alloc.snapshot()
-        try:
-            copies = self.alloc.fork(parent, child)
-        except OutOfMemoryError:
-            assert self.alloc.snapshot() == before, "a failed fork changed the allocator"
-            self.alloc.free(child)  # give back the held room
-            return
-        apply_copies(self.mem, self.mem, copies)
-        self.tokens[child] = list(self.tokens[parent])
-        self.finals[child] = self.finals[parent]
-
-    @precondition(lambda self: self.held)
-    @rule(data=st.data())
-    def free_held(self, data):
-        """A sample never forked (a one-token output) gives its held room back."""
-        parent = data.draw(st.sampled_from(sorted(self.held)))
-        for child in self.held.pop(parent):
-            if child in self.alloc:
-                self.alloc.free(child)
-
-    @rule()
-    def over_allocate(self):
-        too_many = self.alloc.capacity_slots + 1
-        self._expect_failure(lambda: self.alloc.allocate(-1, too_many, too_many),
-                             (OutOfMemoryError, ValueError))
-
-    @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def append(self, data):
-        seq = data.draw(st.sampled_from(sorted(self.tokens)))
-        if not self.alloc.can_append_all([seq]):
-            self._expect_failure(lambda: self.alloc.append_slot(seq), OutOfMemoryError)
-            return
-        slot, copy = self.alloc.append_slot(seq)
-        if copy is not None:
-            apply_copies(self.mem, self.mem, [copy])
-        assert slot == self.alloc.slot_of(seq, len(self.tokens[seq]))
-        # The written slot belongs to this sequence alone: copy-on-write did its job.
-        for other in self.tokens:
-            if other != seq:
-                assert slot not in self.alloc.slot_mapping(other), "slot written is shared"
-        value = self._value()
-        self.mem[slot] = value
-        self.tokens[seq].append(value)
-
-    @precondition(lambda self: self.tokens)
-    @rule(data=st.data(), k=st.integers(0, 20))
-    def extend(self, data, k):
-        """A chunk of k tokens (chunked prefill): can_extend predicts it exactly."""
-        seq = data.draw(st.sampled_from(sorted(self.tokens)))
-        if not self.alloc.can_extend(seq, k):
-            self._expect_failure(lambda: self.alloc.extend(seq, k), OutOfMemoryError)
-            return
-        apply_copies(self.mem, self.mem, self.alloc.extend(seq, k))
-        n = len(self.tokens[seq])
-        for i in range(n, n + k):
-            value = self._value()
-            self.mem[self.alloc.slot_of(seq, i)] = value
-            self.tokens[seq].append(value)
-
-    @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def append_group(self, data):
-        """can_append_all predicts exactly whether a whole group's appends succeed."""
-        seqs = data.draw(st.lists(st.sampled_from(sorted(self.tokens)), min_size=1,
-                                  max_size=4, unique=True))
-        if not self.alloc.can_append_all(seqs):
-            trial = copy.deepcopy(self.alloc)  # check the "no" on a copy
-            with pytest.raises(OutOfMemoryError):
-                for s in seqs:
-                    trial.append_slot(s)
-            return
-        for s in seqs:
-            slot, kv_copy = self.alloc.append_slot(s)  # must not raise: the answer was yes
-            if kv_copy is not None:
-                apply_copies(self.mem, self.mem, [kv_copy])
-            value = self._value()
-            self.mem[slot] = value
-            self.tokens[s].append(value)
-
-    @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def fork(self, data):
-        parent = data.draw(st.sampled_from(sorted(self.tokens)))
-        child = self._new_id()
-        before = self.alloc.snapshot()
-        try:
-            copies = self.alloc.fork(parent, child)
-        except OutOfMemoryError:
-            assert self.alloc.snapshot() == before, "a failed fork changed the allocator"
-            return
-        apply_copies(self.mem, self.mem, copies)
-        self.tokens[child] = list(self.tokens[parent])
-        self.finals[child] = self.finals[parent]
-
-    @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def free(self, data):
-        seq = data.draw(st.sampled_from(sorted(self.tokens)))
-        self.alloc.free(seq)
-        del self.tokens[seq], self.finals[seq]
-        self._expect_failure(lambda: self.alloc.free(seq), ValueError)  # double free
-
-    @rule()
-    def bad_input(self):
-        self._expect_failure(lambda: self.alloc.append_slot("nope"), ValueError)
-        self._expect_failure(lambda: self.alloc.fork("nope", "child"), ValueError)
-        self._expect_failure(lambda: self.alloc.allocate(-2, -1, 4), ValueError)
-        if self.tokens:
-            dup = next(iter(self.tokens))
-            self._expect_failure(lambda: self.alloc.allocate(dup, 1, 2), ValueError)
-
-    @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def swap_out(self, data):
-        seqs = data.draw(st.lists(st.sampled_from(sorted(self.tokens)), min_size=1,
-                                  max_size=3, unique=True))
-        group = self.alloc.swap_out(seqs)
-        cpu: dict[int, int] = {}
-        apply_copies(self.mem, cpu, group.out_copies)
-        assert group.cpu_slots >= len({c.src_slot for c in group.out_copies})
-        moved = {s: self.tokens.pop(s) for s in seqs}
-        for s in seqs:
-            moved_final = self.finals.pop(s)
-            moved[s] = (moved[s], moved_final)
-        self.swapped.append((group, cpu, moved))
-
-    @precondition(lambda self: self.swapped)
-    @rule(data=st.data())
-    def swap_in(self, data):
-        i = data.draw(st.integers(0, len(self.swapped) - 1))
-        group, cpu, moved = self.swapped[i]
-        if not self.alloc.can_swap_in(group):
-            assert not self.alloc.can_swap_in(group, 0.25)
-            self._expect_failure(lambda: self.alloc.swap_in(group), OutOfMemoryError)
-            return
-        copies = self.alloc.swap_in(group)
-        apply_copies(cpu, self.mem, copies)
-        for s, (toks, final) in moved.items():
-            self.tokens[s] = toks
-            self.finals[s] = final
-        del self.swapped[i]
-
-    @rule()
-    def free_everything(self):
-        for s in list(self.tokens):
-            self.alloc.free(s)
-        self.tokens.clear()
-        self.finals.clear()
-        for children in self.held.values():
-            for child in children:
-                if child in self.alloc:
-                    self.alloc.free(child)
-        self.held.clear()
-        for group, _, _ in self.swapped:
-            self.alloc.swap_in(group)  # always fits into an empty pool
-            for s in group.seq_ids:
-                self.alloc.free(s)
-        self.swapped.clear()
-        now, init = self.alloc.snapshot(), dict(self.initial)
-        if "free_blocks" in now:  # the free list's order may differ; its content may not
-            assert sorted(now.pop("free_blocks")) == sorted(init.pop("free_blocks"))
-        assert now == init, "freeing everything did not restore the initial state"
-        self.mem.clear()
-
-    # -------------------------------------------------------------- invariants
-    @invariant()
-    def consistent(self):
-        self.alloc.check_invariants()
-
-    @invariant()
-    def contents_match(self):
-        for seq, values in self.tokens.items():
-            slots = self.alloc.slot_mapping(seq)
-            assert [self.mem.get(s) for s in slots] == values, f"sequence {seq} reads wrong K/V"
-
-    @invariant()
-    def categories_partition_capacity(self):
-        for need in (None, 1, 17, 64):
-            acct = account(self.alloc, need)
-            assert sum(getattr(acct, c) for c in CATEGORIES) == self.alloc.capacity_slots
-            assert acct.token == len({s for q in self.tokens for s in self.alloc.slot_mapping(q)})
-            assert acct.physical_blocks <= acct.logical_blocks
+from pagedsim.testing.allocator_machine import FullAllocatorMachine
 
 
 def _model(head_dim: int) -> ModelSpec:
     """A model whose K (or V) row in one layer is ``2 * head_dim`` bytes: big rows make
     page-sized schemes (vAttention) hold only a few tokens per page in a small pool."""
     return ModelSpec("rows", num_layers=1, num_heads=1, num_kv_heads=1, head_dim=head_dim,
-                     dtype_bytes=2, weights_bytes=0, max_model_len=AllocatorMachine.max_len)
+                     dtype_bytes=2, weights_bytes=0, max_model_len=FullAllocatorMachine.max_len)
 
 
-def machine_for(scheme: str) -> type[AllocatorMachine]:
+def machine_for(scheme: str) -> type[FullAllocatorMachine]:
     """The machine for one registered scheme; every pool parameter is drawn."""
 
-    class SchemeMachine(AllocatorMachine):
+    class SchemeMachine(FullAllocatorMachine):
         def make(self, data):
             block_size = data.draw(st.sampled_from([1, 2, 4, 16]), label="block_size")
             align = data.draw(st.sampled_from([1, 4]), label="align")
