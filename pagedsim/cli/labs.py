@@ -1,0 +1,118 @@
+"""``pagedsim labs``: the graded classroom labs (:mod:`pagedsim.labs`).
+
+- ``pagedsim labs list [--json]``: the labs (JSON: objects with ``id``, ``title``, ...);
+- ``pagedsim labs release OUT [--force]``: the student version, solutions stripped;
+- ``pagedsim labs grade N [--path DIR] [--json] [--mutant NAME]``: grade the reference, the
+  student files under DIR, or a planted-bug mutant; prints a per-task points table, or with
+  ``--json`` Gradescope's ``results.json``. Exit status 0 whatever the score (lost points
+  are reported, not an error); 2 on bad input;
+- ``pagedsim labs autograder N OUT.zip``: a Gradescope autograder zip for lab N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .base import CliError
+
+
+def add_labs(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "labs", help="graded classroom labs: list, release, grade, autograder",
+        description="The graded classroom labs in the repository's labs/ folder (or "
+                    "$PAGEDSIM_LABS_DIR); labs/INSTRUCTORS.md is the instructor's guide.")
+    sub = p.add_subparsers(dest="labs_command", metavar="ACTION")
+    p.set_defaults(run=run_missing)
+
+    q = sub.add_parser("list", help="list the labs", description="The labs, one line each.")
+    q.add_argument("--json", action="store_true",
+                   help="print a JSON list of objects: id, title, hours, notebook, folder, "
+                        "student_files, forbidden_imports, max_score, tasks")
+    q.set_defaults(run=run_list)
+
+    q = sub.add_parser("release", help="write the student version of every lab",
+                       description="Write the student version of every lab into OUT: each "
+                                   "solution region replaced by a TODO that raises "
+                                   "NotImplementedError, mutants.py left out.")
+    q.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty)")
+    q.add_argument("--force", action="store_true",
+                   help="write into a non-empty OUT, replacing the lab folders and README.md "
+                        "there (anything else in OUT is left alone)")
+    q.set_defaults(run=run_release)
+
+    q = sub.add_parser("grade", help="grade a lab: the reference, a student tree or a mutant",
+                       description="Run lab N's graders on the reference solution, on the "
+                                   "student files under --path, or on a planted-bug mutant; "
+                                   "print points per task. Exit status 0 however many points "
+                                   "are lost; 2 on bad input.")
+    q.add_argument("lab", metavar="N", type=int, help="the lab id (see 'pagedsim labs list')")
+    q.add_argument("--path", metavar="DIR",
+                   help="a released tree's root (holding lab<N>_<slug>/) or that lab folder "
+                        "itself; default: grade the reference solution")
+    q.add_argument("--mutant", metavar="NAME",
+                   help="grade the reference with this planted bug (names in the lab's "
+                        "mutants.py; instructors only)")
+    q.add_argument("--json", action="store_true",
+                   help="print Gradescope's results.json: score, output, tests (name, score, "
+                        "max_score, output)")
+    q.add_argument("--timeout", metavar="SECONDS", type=float, default=600.0,
+                   help="stop the graders after this many seconds (default: 600)")
+    q.set_defaults(run=run_grade)
+
+    q = sub.add_parser("autograder", help="build a Gradescope autograder zip for one lab",
+                       description="Write a Gradescope autograder zip for lab N: setup.sh, "
+                                   "run_autograder, a source copy of pagedsim and the released "
+                                   "lab (no reference solution, no mutants).")
+    q.add_argument("lab", metavar="N", type=int, help="the lab id")
+    q.add_argument("out", metavar="OUT.zip", help="the zip file to write (replaced if it exists)")
+    q.set_defaults(run=run_autograder)
+
+
+def run_missing(args: argparse.Namespace) -> int:
+    """``pagedsim labs`` without an action: say which exist (exit status 2)."""
+    raise CliError("labs: missing action, choose one of: list, release, grade, autograder "
+                   "(see 'pagedsim labs --help')")
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from ..labs import list_labs
+
+    labs = list_labs()
+    if args.json:
+        print(json.dumps([lab.to_dict() for lab in labs], indent=1))
+        return 0
+    for lab in labs:
+        print(f"{lab.id}  {lab.title}  ({lab.hours:g} h, {len(lab.tasks)} tasks, "
+              f"{lab.max_score:g} points)  labs/{lab.folder}/")
+    return 0
+
+
+def run_release(args: argparse.Namespace) -> int:
+    from ..labs import release
+
+    labs = release(args.out, force=args.force)
+    print(f"released {len(labs)} labs into {args.out}: "
+          + ", ".join(lab.folder for lab in labs))
+    return 0
+
+
+def run_grade(args: argparse.Namespace) -> int:
+    from ..labs import grade
+
+    if not args.timeout > 0:
+        raise ValueError(f"argument --timeout: must be > 0 seconds, got {args.timeout:g}")
+    result = grade(args.lab, path=args.path, mutant=args.mutant, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps(result.to_gradescope(), indent=1))
+    else:
+        print(result.table())
+    return 0
+
+
+def run_autograder(args: argparse.Namespace) -> int:
+    from ..labs import build_autograder
+
+    path = build_autograder(args.lab, args.out)
+    print(f"wrote {path} (upload it as the autograder of lab {args.lab} on Gradescope)")
+    return 0

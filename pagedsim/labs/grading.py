@@ -1,0 +1,168 @@
+"""Grading one lab: the reference, a student's files, or a planted-bug mutant.
+
+:func:`grade` follows these steps:
+
+1. copy the lab folder into a fresh temporary folder, leaving out ``mutants.py``;
+2. put in what is graded: the student files from ``path`` (a released tree's root holding
+   ``lab<N>_<slug>/``, or that lab folder itself), or one mutant applied to the reference,
+   or nothing (the reference as it is);
+3. check the student files for imports the lab forbids (statically, with ``ast``:
+   :mod:`pagedsim.labs.imports`): one found scores 0 on every task and pytest does not run;
+4. run ``python -m pytest -q -p pagedsim.labs.plugin test_lab<N>.py`` in a subprocess, in
+   that folder, and read the per-test outcomes the plugin writes (installed pytest plugins
+   are not auto-loaded, except hypothesis's: a lab's ``conftest.py`` may name others in
+   ``pytest_plugins``);
+5. score each task: points x passed tests of its marker / its tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .imports import forbidden_imports
+from .meta import RESULTS_ENV, LabError, LabInfo, get_lab
+from .mutants import get_mutant
+from .results import LabResult, TaskScore
+
+#: Files of a lab folder that never go into a grading or released copy.
+IGNORED = ("mutants.py", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
+#: Default wall-clock limit of one grader run, in seconds.
+DEFAULT_TIMEOUT_S = 600.0
+#: Environment variables of the calling process that would change how the graders' pytest
+#: runs (extra options, plugins), removed from the child's environment.
+_SCRUBBED_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER",
+                 "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+def require_pytest() -> None:
+    """Error (one line) if pytest is missing: the graders are pytest files."""
+    if importlib.util.find_spec("pytest") is None:
+        raise LabError("pytest is not installed; grading needs it: pip install pytest "
+                       "hypothesis (or pip install -e '.[dev]')")
+
+
+def student_dir(lab: LabInfo, path: Path | str) -> Path:
+    """The folder holding ``lab``'s student files: ``path/<lab folder>`` when ``path`` is a
+    released tree's root, else ``path`` itself."""
+    path = Path(path)
+    if not path.exists():
+        raise LabError(f"path {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise LabError(f"path {str(path)!r} is not a folder; give the released tree's root or "
+                       f"its {lab.folder}/ folder")
+    nested = path / lab.folder
+    return (nested if nested.is_dir() else path).resolve()
+
+
+def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None,
+          labs_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> LabResult:
+    """Grade lab ``lab_id``: the reference (neither ``path`` nor ``mutant``), the student
+    files under ``path``, or the reference with the mutant called ``mutant``."""
+    lab = get_lab(lab_id, labs_dir)
+    if path is not None and mutant is not None:
+        raise LabError("give a student path or a mutant, not both")
+    require_pytest()
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"pagedsim-lab{lab.id}-") as tmp:
+        work = Path(tmp) / lab.folder
+        shutil.copytree(lab.path, work, ignore=shutil.ignore_patterns(*IGNORED))
+        missing: list[str] = []
+        if path is not None:
+            source = student_dir(lab, path)
+            graded = str(source)
+            for name in lab.student_files:
+                (work / name).unlink()  # the reference must never be graded in its place
+                if (source / name).is_file():
+                    shutil.copyfile(source / name, work / name)
+                else:
+                    missing.append(name)
+        elif mutant is not None:
+            planted = get_mutant(lab, mutant)
+            target = work / planted.file
+            target.write_text(planted.apply(target.read_text(encoding="utf-8"),
+                                            f"{lab.folder}/{planted.file}"), encoding="utf-8")
+            graded = f"mutant {planted.name}"
+        else:
+            graded = "reference"
+
+        if missing:
+            message = (f"missing student file(s) {', '.join(missing)} in {graded}; every task "
+                       "scores 0")
+            return _zero(lab, graded, message, start)
+        found = [line for name in lab.student_files
+                 for line in forbidden_imports((work / name).read_text(encoding="utf-8"),
+                                               lab.forbidden_imports, name)]
+        if found:
+            return _zero(lab, graded, "; ".join(found) + "; every task scores 0", start)
+        records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s)
+    return _score(lab, graded, records, note, start)
+
+
+def _zero(lab: LabInfo, graded: str, message: str, start: float) -> LabResult:
+    tasks = tuple(TaskScore(t.marker, t.title, t.points, 0.0, 0, 0, message) for t in lab.tasks)
+    return LabResult(lab=lab, graded=graded, tasks=tasks, message=message,
+                     duration_s=time.perf_counter() - start)
+
+
+def _run_pytest(lab: LabInfo, work: Path, results: Path,
+                timeout_s: float) -> tuple[list[dict], str]:
+    """Run the graders in ``work``; the plugin's records, and a note when pytest stopped
+    without running the tests (its exit status and the end of its output)."""
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    env[RESULTS_ENV] = str(results)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Installed pytest plugins load only when named: some are slow to import (nbmake pulls
+    # in jsonschema, two seconds per run), and graders need none but hypothesis's.
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "pagedsim.labs.plugin",
+           "-p", "no:cacheprovider"]
+    if importlib.util.find_spec("hypothesis") is not None:
+        cmd += ["-p", "hypothesis.extra.pytestplugin"]
+    cmd.append(lab.test_file)
+    note = ""
+    try:
+        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+        # 0: all passed, 1: some failed; anything else means the run itself went wrong.
+        if proc.returncode not in (0, 1):
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            note = f"pytest exited with status {proc.returncode}:\n{tail}"
+    except subprocess.TimeoutExpired:
+        note = f"the graders ran longer than {timeout_s:g} s and were stopped"
+    records = []
+    if results.is_file():
+        for line in results.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a timeout
+    return records, note
+
+
+def _score(lab: LabInfo, graded: str, records: list[dict], note: str,
+           start: float) -> LabResult:
+    tests = [r for r in records if r.get("kind") == "test"]
+    errors = tuple(r["text"] for r in records if r.get("kind") == "error")
+    scores = []
+    for task in lab.tasks:
+        mine = [r for r in tests if r.get("marker") == task.marker]
+        passed = sum(r["outcome"] == "passed" for r in mine)
+        if mine:
+            output = "\n".join(f"{r['nodeid']}: {r['outcome']}: {r['text']}"
+                               for r in mine if r["outcome"] != "passed")
+            output = output or f"all {len(mine)} tests passed"
+        else:
+            output = "no test of this task ran" + (f" ({errors[0]})" if errors else "")
+        score = task.points * passed / len(mine) if mine else 0.0
+        scores.append(TaskScore(task.marker, task.title, task.points, score, passed,
+                                len(mine), output))
+    return LabResult(lab=lab, graded=graded, tasks=tuple(scores), message=note, errors=errors,
+                     duration_s=time.perf_counter() - start)

@@ -1,0 +1,157 @@
+"""A pytest plugin for lab graders: ``python -m pytest -p pagedsim.labs.plugin test_lab1.py``.
+
+Run from a lab folder (the folder holding ``lab.json``), it
+
+1. registers one marker per task of ``lab.json`` (``lab1_1`` ...), so ``-m lab1_2`` runs one
+   task and ``--strict-markers`` accepts them;
+2. refuses a test with no task marker, with two, or with a ``lab<N>_<k>`` marker the lab
+   does not have (a usage error: pytest stops before running anything);
+3. loads a hypothesis profile without the slow explain phase (see
+   :func:`_hypothesis_profile`);
+4. when ``$PAGEDSIM_LABS_RESULTS`` names a file, appends one JSON object per line to it: a
+   ``test`` record per test (node id, task marker, outcome ``passed`` / ``failed`` /
+   ``skipped``, a short failure text, duration in seconds) as each test finishes, so a
+   run stopped by a timeout still leaves what it did; an ``error`` record per collection
+   error or refused test.
+
+Outside a lab folder (no ``lab.json`` in the working directory) it does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from .meta import RESULTS_ENV
+
+#: Longest failure text kept per test (characters); the grader's output stays readable.
+MAX_TEXT = 1500
+_ANY_MARKER = re.compile(r"^lab[0-9]+_[0-9]+$")
+
+#: This run's lab markers (marker -> title), each test's task marker, and each test's outcome.
+_state: dict = {"markers": {}, "item_markers": {}, "outcomes": {}}
+
+
+def _write(record: dict) -> None:
+    path = os.environ.get(RESULTS_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _lab_markers() -> dict[str, str]:
+    """Task marker -> title, from ``lab.json`` in the working directory ({} if none)."""
+    path = Path.cwd() / "lab.json"
+    if not path.is_file():
+        return {}
+    try:
+        tasks = json.loads(path.read_text(encoding="utf-8")).get("tasks", [])
+        return {str(t["marker"]): str(t.get("title", "")) for t in tasks}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {}  # pagedsim.labs.meta reports a bad lab.json with the full reason
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _state["markers"] = _lab_markers()
+    _state["outcomes"] = {}
+    _state["item_markers"] = {}
+    for marker, title in _state["markers"].items():
+        config.addinivalue_line("markers", f"{marker}: lab task: {title}")
+    if _state["markers"]:
+        _hypothesis_profile()
+
+
+def _hypothesis_profile() -> None:
+    """Grade with hypothesis's explain phase off and no example database.
+
+    When a property fails, the explain phase re-runs it many times to say which inputs
+    mattered; on a starter, where every property fails at once, that took 16 s of lab 1's
+    18 s. Students still get the shrunk failing example. The database would only write
+    a ``.hypothesis/`` folder into the throw-away grading copy. A grader's own
+    ``@settings(...)`` still sets everything else (max_examples, deadline).
+    """
+    try:
+        from hypothesis import Phase, settings
+    except ImportError:
+        return
+    phases = [p for p in Phase if p.name != "explain"]
+    # On top of whatever profile is loaded now (a lab's conftest.py may have loaded one).
+    settings.register_profile("pagedsim-labs", parent=settings.default, phases=phases,
+                              database=None)
+    settings.load_profile("pagedsim-labs")
+
+
+def _short(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """The one-line reason pytest gives (``AssertionError: assert 3 == 4``), or the tail of
+    the long report when there is none."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = getattr(crash, "message", None) if crash is not None else None
+    if not text:
+        if isinstance(report.longrepr, tuple):  # skips: (file, line, reason)
+            text = str(report.longrepr[2])
+        else:
+            text = "\n".join(str(report.longreprtext).strip().splitlines()[-6:])
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + " ..."
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        _write({"kind": "error", "nodeid": report.nodeid,
+                "text": "collection error: " + _short(report)})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    known = _state["markers"]
+    if not known:
+        return
+    problems = []
+    for item in items:
+        names = {m.name for m in item.iter_markers() if _ANY_MARKER.match(m.name)}
+        unknown = sorted(names - set(known))
+        if unknown:
+            problems.append(f"{item.nodeid} has marker(s) {', '.join(unknown)} that are no "
+                            f"task of this lab; valid: {', '.join(known)}")
+        elif len(names) != 1:
+            what = "no task marker" if not names else f"{len(names)} task markers"
+            problems.append(f"{item.nodeid} has {what}; each test needs exactly one of "
+                            f"{', '.join(known)}")
+        else:
+            _state["item_markers"][item.nodeid] = names.pop()
+    for problem in problems:
+        _write({"kind": "error", "nodeid": "", "text": problem})
+    if problems:
+        raise pytest.UsageError(problems[0] + (f" (and {len(problems) - 1} more)"
+                                               if len(problems) > 1 else ""))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Fold a test's three phases into one outcome: a failure in any phase fails the test
+    (an error in a fixture counts as a failed test); a skip skips it."""
+    if not _state["markers"]:
+        return
+    outcome = _state["outcomes"].setdefault(report.nodeid,
+                                            {"outcome": "passed", "text": "", "duration": 0.0})
+    outcome["duration"] += report.duration
+    if outcome["outcome"] != "passed":
+        return  # keep the first reason
+    if report.failed:
+        phase = "" if report.when == "call" else f"(in {report.when}) "
+        outcome.update(outcome="failed", text=phase + _short(report))
+    elif report.skipped:
+        outcome.update(outcome="skipped", text=_short(report))
+    elif report.when == "call" and hasattr(report, "wasxfail"):
+        outcome.update(outcome="failed", text="unexpectedly passed a test marked xfail")
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    outcome = _state["outcomes"].get(nodeid)
+    if outcome is None:
+        return
+    _write({"kind": "test", "nodeid": nodeid, "marker": _state["item_markers"].get(nodeid, ""),
+            **outcome})

@@ -1,0 +1,116 @@
+"""What a grader run returns: points per task, and its two printed forms (a table for
+people, Gradescope's ``results.json`` for the autograder)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .meta import LabInfo
+
+
+@dataclass(frozen=True, slots=True)
+class TaskScore:
+    """One task's result: ``score`` of ``points`` = points x passed / tests (0 when no test
+    of the task ran); ``output`` says which tests failed and why."""
+
+    marker: str
+    title: str
+    points: float
+    score: float
+    passed: int
+    tests: int
+    output: str
+
+    @property
+    def lost_points(self) -> bool:
+        return self.score < self.points
+
+
+@dataclass(frozen=True, slots=True)
+class LabResult:
+    """One grader run of one lab. ``graded`` says what was graded (``reference``,
+    ``mutant NAME``, or the student folder); ``message`` explains a run that scored 0
+    without running the graders (a forbidden import, a missing file) or a run pytest
+    could not finish; ``errors`` are collection errors; ``duration_s`` is the wall time of
+    the whole run in seconds."""
+
+    lab: LabInfo
+    graded: str
+    tasks: tuple[TaskScore, ...]
+    message: str = ""
+    errors: tuple[str, ...] = ()
+    duration_s: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(t.score for t in self.tasks)
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.points for t in self.tasks)
+
+    @property
+    def full_marks(self) -> bool:
+        return all(not t.lost_points for t in self.tasks)
+
+    def task(self, marker: str) -> TaskScore:
+        """The score of the task with this marker (error lists the valid markers)."""
+        for task in self.tasks:
+            if task.marker == marker:
+                return task
+        raise KeyError(f"no task {marker!r}; valid: {', '.join(t.marker for t in self.tasks)}")
+
+    def scores(self) -> dict[str, float]:
+        """Task marker -> points scored."""
+        return {t.marker: t.score for t in self.tasks}
+
+    def to_gradescope(self) -> dict:
+        """Gradescope's ``results.json``: ``score``, a top-level ``output`` and one entry per
+        task with ``name`` (``lab1_1: title``), ``score``, ``max_score`` and ``output``."""
+        return {
+            "score": _round(self.score),
+            "output": self._summary(),
+            "tests": [{"name": f"{t.marker}: {t.title}", "score": _round(t.score),
+                       "max_score": _round(t.points), "output": t.output}
+                      for t in self.tasks],
+        }
+
+    def _summary(self) -> str:
+        lines = [f"lab {self.lab.id} ({self.lab.title}): {_fmt(self.score)} of "
+                 f"{_fmt(self.max_score)} points"]
+        if self.message:
+            lines.append(self.message)
+        lines += self.errors
+        return "\n".join(lines)
+
+    def table(self) -> str:
+        """A per-task points table, then why points were lost."""
+        head = f"lab {self.lab.id}: {self.lab.title} (graded: {self.graded})"
+        rows = [("task", "title", "points", "tests passed")]
+        rows += [(t.marker, t.title, f"{_fmt(t.score)}/{_fmt(t.points)}",
+                  f"{t.passed}/{t.tests}") for t in self.tasks]
+        rows.append(("total", "", f"{_fmt(self.score)}/{_fmt(self.max_score)}",
+                     f"{sum(t.passed for t in self.tasks)}/{sum(t.tests for t in self.tasks)}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = [head, ""]
+        for i, row in enumerate(rows):
+            if i == len(rows) - 1:
+                lines.append("  ".join("-" * w for w in widths))
+            cells = zip(row, widths, strict=True)
+            lines.append("  ".join(c.ljust(w) if j < 2 else c.rjust(w)
+                                   for j, (c, w) in enumerate(cells)).rstrip())
+        notes = ([self.message] if self.message else []) + list(self.errors)
+        notes += [f"{t.marker}: {t.output}" for t in self.tasks if t.lost_points and t.output]
+        if notes:
+            lines += ["", *notes]
+        lines.append(f"\n({self.duration_s:.1f} s)")
+        return "\n".join(lines)
+
+
+def _round(x: float) -> float:
+    """Points to 4 decimals (a third of a task's points prints as 3.3333, not 3.333333...)."""
+    return round(float(x), 4)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".")
