@@ -1,0 +1,27 @@
+"""Planted bugs in the lab 6 reference that the graders must catch (never released)."""
+
+from pagedsim.labs.mutants import Mutant
+
+MUTANTS = [
+    # The last block's tail (and padding slots) read without a mask: NaN leaks in.
+    Mutant(name="unmasked-last-block-load", file="paged_attention_lab.py",
+           old="return tl.load(cache_ptr + rows[:, None] + d[None, :], mask=t_mask[:, None], "
+               "other=0.0)",
+           new="return tl.load(cache_ptr + rows[:, None] + d[None, :])",
+           caught_by=("lab6_2",)),
+    # Online softmax that rescales the accumulator but not the running sum.
+    Mutant(name="running-sum-not-rescaled", file="paged_attention_lab.py",
+           old="l_i = l_i * alpha + tl.sum(p, axis=1)",
+           new="l_i = l_i + tl.sum(p, axis=1)",
+           caught_by=("lab6_4",)),
+    # GQA: query heads paired with KV heads one to one (h reads KV head h), not h // G.
+    Mutant(name="gqa-head-not-grouped", file="paged_attention_lab.py",
+           old="heads = kv_head * GROUP + g",
+           new="heads = kv_head + g",
+           caught_by=("lab6_3",)),
+    # The table's row stride forgotten: every sequence reads row 0's blocks (shifted).
+    Mutant(name="table-row-stride-forgotten", file="paged_attention_lab.py",
+           old="block_tables_ptr + seq * max_blocks + t // BLOCK_SIZE",
+           new="block_tables_ptr + seq + t // BLOCK_SIZE",
+           caught_by=("lab6_1",)),
+]
