@@ -33,6 +33,7 @@ class PagedView:
 
     kernel_block_slots: int | None
     on_release: Callable[[int, int], None] | None = None
+    evicted_blocks: int = 0  # no prefix cache: nothing cached, nothing evicted
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -141,6 +142,12 @@ class PagedView:
             need += 1  # copy-on-write of the shared last block
         return need <= self.num_free_blocks
 
+    def lookup_prefix(self, content: object, num_tokens: int, seq_id: Hashable) -> int:
+        return 0  # no prefix cache
+
+    def prefix_hit_tokens(self, seq_id: Hashable) -> int:
+        return 0
+
     def watermark_blocks(self, watermark: float) -> int:
         if not 0 <= watermark < 1:
             raise ValueError(f"watermark must be in [0, 1), got {watermark!r}")
@@ -153,9 +160,9 @@ class PagedView:
 
     def allocate_group(self, seq_ids: Sequence[Hashable], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[Hashable] = (),
-                       watermark: float = 0.0) -> bool:
+                       watermark: float = 0.0, content: object = None) -> bool:
         """Admit a request, keeping ``watermark`` of the blocks free (forks share their
-        parent's blocks, so no room is held for them)."""
+        parent's blocks, so no room is held for them; ``content`` is for prefix caches)."""
         ids = [*seq_ids, *fork_ids]
         if len(set(ids)) != len(ids) or any(s in self for s in ids):
             raise ValueError(f"sequence ids {ids!r} repeat or already exist")
