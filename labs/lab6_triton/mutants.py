@@ -19,9 +19,4 @@ MUTANTS = [
            old="heads = kv_head * GROUP + g",
            new="heads = kv_head + g",
            caught_by=("lab6_3",)),
-    # The table's row stride forgotten: every sequence reads row 0's blocks (shifted).
-    Mutant(name="table-row-stride-forgotten", file="paged_attention_lab.py",
-           old="block_tables_ptr + seq * max_blocks + t // BLOCK_SIZE",
-           new="block_tables_ptr + seq + t // BLOCK_SIZE",
-           caught_by=("lab6_1",)),
 ]

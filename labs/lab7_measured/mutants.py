@@ -20,9 +20,4 @@ MUTANTS = [
            old="self._rows(cache)[start_slot:start_slot + num_slots] = SENTINEL",
            new="pass",
            caught_by=("lab7_3",)),
-    # Copy-on-write skipped: the forked sequence's copy of the shared block stays empty.
-    Mutant(name="copy-on-write-skipped", file="measure_lab.py",
-           old="if copy is not None:  # the last block was shared",
-           new="if False:  # the last block was shared",
-           caught_by=("lab7_3",)),
 ]
