@@ -56,7 +56,7 @@ def scan(cache: torch.Tensor) -> Scan:
         got = tuple(cache.shape) if isinstance(cache, torch.Tensor) else type(cache).__name__
         raise ValueError(f"cache must be a tensor [num_blocks, block_size, ...] of 3 or more "
                          f"dimensions, got {got}")
-    # BEGIN SOLUTION lab 7.1: slots not entirely NaN, then the count of such slots per block
+    # BEGIN SOLUTION lab 7.1: slots not entirely NaN, then how many per block
     written = ~cache.isnan().flatten(2).all(dim=2)  # [B, BS]
     per_block = written.sum(dim=1)
     return Scan(written=written, per_block=[int(n) for n in per_block])
@@ -69,7 +69,7 @@ def scan(cache: torch.Tensor) -> Scan:
 def live_slots(allocator: pagedsim.PagedAllocator) -> list[int]:
     """The slots that hold a live token according to the allocator's block tables, sorted:
     every token of every sequence, a physical slot shared by several sequences once."""
-    # BEGIN SOLUTION lab 7.2: the tokens' slots (allocator.slot_mapping), each slot once
+    # BEGIN SOLUTION lab 7.2: each token's slot (slot_mapping), each slot once
     return sorted({slot for seq in allocator.seq_ids() for slot in allocator.slot_mapping(seq)})
     # END SOLUTION
 
@@ -101,7 +101,7 @@ class PagedKVTensor:
 
     def _scrub(self, start_slot: int, num_slots: int) -> None:
         """Slots ``start_slot .. start_slot + num_slots - 1`` were released."""
-        # BEGIN SOLUTION lab 7.3: released memory holds the sentinel again, in K and in V
+        # BEGIN SOLUTION lab 7.3: released slots hold the sentinel again, in K and V
         for cache in (self.k, self.v):
             self._rows(cache)[start_slot:start_slot + num_slots] = SENTINEL
         # END SOLUTION
@@ -109,7 +109,7 @@ class PagedKVTensor:
     def allocate(self, seq_id: SeqId, k: torch.Tensor, v: torch.Tensor) -> None:
         """A new sequence whose prompt's K and V are ``k``, ``v`` (``[n, KVH, D]``)."""
         self.allocator.allocate(seq_id, len(k))
-        # BEGIN SOLUTION lab 7.3: write the prompt's rows into the slots it was given
+        # BEGIN SOLUTION lab 7.3: write the prompt's rows into its slots
         slots = torch.tensor(self.allocator.slot_mapping(seq_id), dtype=torch.int64)
         self._rows(self.k)[slots] = k
         self._rows(self.v)[slots] = v
@@ -118,7 +118,7 @@ class PagedKVTensor:
     def append(self, seq_id: SeqId, k: torch.Tensor, v: torch.Tensor) -> None:
         """One new token (``k``, ``v``: ``[KVH, D]``) at the end of a sequence."""
         slot, copy = self.allocator.append_slot(seq_id)
-        # BEGIN SOLUTION lab 7.3: carry out the copy-on-write copy first, then write the token
+        # BEGIN SOLUTION lab 7.3: copy-on-write copy first, then write the token
         for cache in (self.k, self.v):
             rows = self._rows(cache)
             if copy is not None:  # the last block was shared: this sequence got a copy
@@ -198,7 +198,7 @@ def compare(script: Sequence[Op], account: Callable[[pagedsim.PagedAllocator], i
     rows: list[StepRow] = []
     for step, op in enumerate(script):
         apply_op(cache, op, gen)
-        # BEGIN SOLUTION lab 7.4: after the step: scan, account, tables; stray and missing
+        # BEGIN SOLUTION lab 7.4: scan, account, tables, stray, missing after the step
         found = scan(cache.k)
         live = live_slots(cache.allocator)
         written = set(found.written.flatten().nonzero().flatten().tolist())
@@ -206,7 +206,7 @@ def compare(script: Sequence[Op], account: Callable[[pagedsim.PagedAllocator], i
                             accounted=int(account(cache.allocator)), tables=len(live),
                             stray=len(written - set(live)), missing=len(set(live) - written)))
         # END SOLUTION
-    # BEGIN SOLUTION lab 7.4: the first step where measurement and accounting disagree
+    # BEGIN SOLUTION lab 7.4: the first step where measured != accounted
     first = next((r.step for r in rows if r.measured != r.accounted), None)
     # END SOLUTION
     return Comparison(rows=rows, first_mismatch=first)
