@@ -2,8 +2,9 @@
 
 - ``pagedsim labs list [--json]``: the labs (JSON: objects with ``id``, ``title``, ...);
 - ``pagedsim labs release OUT [--force]``: the student version, solutions stripped;
-- ``pagedsim labs grade N [--path DIR] [--json] [--mutant NAME]``: grade the reference, the
-  student files under DIR, or a planted-bug mutant; prints a per-task points table, or with
+- ``pagedsim labs grade N [--path DIR] [--json] [--mutant NAME] [--task MARKER]``: grade
+  the reference, the student files under DIR, or a planted-bug mutant (all tasks, or the
+  ones named); prints a per-task points table, or with
   ``--json`` Gradescope's ``results.json``. Exit status 0 whatever the score (lost points
   are reported, not an error); 2 on bad input;
 - ``pagedsim labs autograder N OUT.zip``: a Gradescope autograder zip for lab N.
@@ -53,6 +54,8 @@ def add_labs(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--mutant", metavar="NAME",
                    help="grade the reference with this planted bug (names in the lab's "
                         "mutants.py; instructors only)")
+    q.add_argument("--task", metavar="MARKER", action="append",
+                   help="grade only this task (a marker such as lab1_2; repeat for more)")
     q.add_argument("--json", action="store_true",
                    help="print Gradescope's results.json: score, output, tests (name, score, "
                         "max_score, output)")
@@ -102,7 +105,8 @@ def run_grade(args: argparse.Namespace) -> int:
 
     if not args.timeout > 0:
         raise ValueError(f"argument --timeout: must be > 0 seconds, got {args.timeout:g}")
-    result = grade(args.lab, path=args.path, mutant=args.mutant, timeout_s=args.timeout)
+    result = grade(args.lab, path=args.path, mutant=args.mutant, timeout_s=args.timeout,
+                   tasks=args.task)
     if args.json:
         print(json.dumps(result.to_gradescope(), indent=1))
     else:

@@ -104,33 +104,40 @@ def setup_script(lab: LabInfo, requirements: list[str], kernels: bool) -> str:
 
 
 def run_script(lab: LabInfo) -> str:
-    """``run_autograder``: grade the files of one submission into results.json."""
+    """``run_autograder``: grade the files of one submission into results.json.
+
+    ``$AUTOGRADER_ROOT`` (default ``/autograder``) and ``$PYTHON`` (default ``python3``)
+    let the script run outside Gradescope too (tests/test_labs.py runs it so)."""
     names = " ".join(shlex.quote(n) for n in lab.student_files)
     return f"""#!/usr/bin/env bash
 # Gradescope runs this for every submission. The student's files ({', '.join(lab.student_files)})
-# are looked up by name anywhere under /autograder/submission and copied into an empty
+# are looked up by name anywhere under $ROOT/submission and copied into an empty
 # {lab.folder}/ folder; pagedsim grades that folder against the released lab in
-# /autograder/source/labs (which holds no reference solution). A missing file scores 0.
+# $ROOT/source/labs (which holds no reference solution). A missing file scores 0.
 set -uo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{PYTHON:-python3}}"
 WORK=$(mktemp -d)
-mkdir -p "$WORK/{lab.folder}" /autograder/results
+mkdir -p "$WORK/{lab.folder}" "$ROOT/results"
 for name in {names}; do
-    found=$(find /autograder/submission -type f -name "$name" -not -path '*/__MACOSX/*' \\
+    # The shortest path wins when a submission holds the name twice.
+    found=$(find "$ROOT/submission" -type f -name "$name" -not -path '*/__MACOSX/*' \\
             | awk '{{ print length, $0 }}' | sort -n | head -n 1 | cut -d' ' -f2-)
     if [ -n "$found" ]; then cp "$found" "$WORK/{lab.folder}/$name"; fi
 done
-export PAGEDSIM_LABS_DIR=/autograder/source/labs
-cd /autograder/source
-if ! python3 -m pagedsim labs grade {lab.id} --path "$WORK" --json \\
-        > /autograder/results/results.json 2> "$WORK/stderr.txt"; then
+export PAGEDSIM_LABS_DIR="$ROOT/source/labs"
+cd "$WORK"  # the installed pagedsim, not the source copy in $ROOT/source
+if ! "$PYTHON" -m pagedsim labs grade {lab.id} --path "$WORK" --json \\
+        > "$ROOT/results/results.json" 2> "$WORK/stderr.txt"; then
     # The grader itself failed (not the student's code): say why instead of a blank page.
-    python3 - "$WORK/stderr.txt" <<'EOF'
+    "$PYTHON" - "$WORK/stderr.txt" "$ROOT/results/results.json" <<'EOF'
 import json, sys
 reason = open(sys.argv[1], encoding="utf-8").read().strip() or "no message"
-with open("/autograder/results/results.json", "w", encoding="utf-8") as f:
+with open(sys.argv[2], "w", encoding="utf-8") as f:
     json.dump({{"score": 0, "output": "the grader could not run: " + reason}}, f)
 EOF
 fi
+rm -rf "$WORK"
 """
 
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .imports import forbidden_imports
-from .meta import RESULTS_ENV, LabError, LabInfo, get_lab
+from .meta import RESULTS_ENV, LabError, LabInfo, TaskInfo, get_lab
 from .mutants import get_mutant
 from .results import LabResult, TaskScore
 
@@ -63,12 +63,22 @@ def student_dir(lab: LabInfo, path: Path | str) -> Path:
 
 
 def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None,
-          labs_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> LabResult:
+          labs_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+          tasks: tuple[str, ...] | list[str] | None = None,
+          fail_fast: bool = False) -> LabResult:
     """Grade lab ``lab_id``: the reference (neither ``path`` nor ``mutant``), the student
-    files under ``path``, or the reference with the mutant called ``mutant``."""
+    files under ``path``, or the reference with the mutant called ``mutant``.
+
+    ``tasks`` (markers such as ``lab1_2``) grades only those tasks (the result lists only
+    them); ``fail_fast`` stops at the first failing test (pytest's ``-x``): the scores
+    then only say whether some test failed, which is all the test suite asks of a mutant.
+    """
     lab = get_lab(lab_id, labs_dir)
     if path is not None and mutant is not None:
         raise LabError("give a student path or a mutant, not both")
+    selected = lab.tasks if tasks is None else tuple(lab.task(m) for m in dict.fromkeys(tasks))
+    if not selected:
+        raise LabError(f"no task selected; valid: {', '.join(lab.markers)}")
     require_pytest()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"pagedsim-lab{lab.id}-") as tmp:
@@ -96,24 +106,28 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         if missing:
             message = (f"missing student file(s) {', '.join(missing)} in {graded}; every task "
                        "scores 0")
-            return _zero(lab, graded, message, start)
+            return _zero(lab, selected, graded, message, start)
         found = [line for name in lab.student_files
                  for line in forbidden_imports((work / name).read_text(encoding="utf-8"),
                                                lab.forbidden_imports, name)]
         if found:
-            return _zero(lab, graded, "; ".join(found) + "; every task scores 0", start)
-        records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s)
-    return _score(lab, graded, records, note, start)
+            return _zero(lab, selected, graded, "; ".join(found) + "; every task scores 0",
+                         start)
+        extra = ["-m", " or ".join(t.marker for t in selected)] if tasks is not None else []
+        extra += ["-x"] if fail_fast else []
+        records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s, extra)
+    return _score(lab, selected, graded, records, note, start)
 
 
-def _zero(lab: LabInfo, graded: str, message: str, start: float) -> LabResult:
-    tasks = tuple(TaskScore(t.marker, t.title, t.points, 0.0, 0, 0, message) for t in lab.tasks)
+def _zero(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, message: str,
+          start: float) -> LabResult:
+    tasks = tuple(TaskScore(t.marker, t.title, t.points, 0.0, 0, 0, message) for t in selected)
     return LabResult(lab=lab, graded=graded, tasks=tasks, message=message,
                      duration_s=time.perf_counter() - start)
 
 
-def _run_pytest(lab: LabInfo, work: Path, results: Path,
-                timeout_s: float) -> tuple[list[dict], str]:
+def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
+                extra: list[str]) -> tuple[list[dict], str]:
     """Run the graders in ``work``; the plugin's records, and a note when pytest stopped
     without running the tests (its exit status and the end of its output)."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
@@ -126,7 +140,7 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path,
            "-p", "no:cacheprovider"]
     if importlib.util.find_spec("hypothesis") is not None:
         cmd += ["-p", "hypothesis.extra.pytestplugin"]
-    cmd.append(lab.test_file)
+    cmd += [*extra, lab.test_file]
     note = ""
     try:
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
@@ -147,12 +161,12 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path,
     return records, note
 
 
-def _score(lab: LabInfo, graded: str, records: list[dict], note: str,
-           start: float) -> LabResult:
+def _score(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, records: list[dict],
+           note: str, start: float) -> LabResult:
     tests = [r for r in records if r.get("kind") == "test"]
     errors = tuple(r["text"] for r in records if r.get("kind") == "error")
     scores = []
-    for task in lab.tasks:
+    for task in selected:
         mine = [r for r in tests if r.get("marker") == task.marker]
         passed = sum(r["outcome"] == "passed" for r in mine)
         if mine:

@@ -1,0 +1,572 @@
+"""The classroom labs (labs/, issue 12) and their framework (pagedsim.labs).
+
+For every lab folder found (parametrized at collection, so a lab added later is covered):
+the reference gets full marks, the released starter scores 0 on every task and its graders
+collect, every mutant loses points in one of its ``caught_by`` tasks, a forbidden import
+scores 0, the release holds no solution, the autograder zip holds no solution and no
+mutants. The grader runs of all selected labs happen once per session, two at a time (the
+machine has 2 cores), in :func:`graded`. Then the framework's own parts: regions, mutants,
+the import check, the plugin's marker rules and scoring, the CLI, the index in
+labs/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from pagedsim.cli import main
+from pagedsim.labs import (
+    LabError,
+    LabResult,
+    Mutant,
+    RegionError,
+    build_autograder,
+    find_labs_dir,
+    forbidden_imports,
+    grade,
+    list_labs,
+    load_mutants,
+    parse_regions,
+    release,
+    strip_regions,
+)
+from pagedsim.labs.autograder import KNOWN_REQUIREMENTS, lab_requirements
+from pagedsim.labs.index import between, index_table
+from pagedsim.labs.release import stripped_files
+
+ROOT = Path(__file__).resolve().parents[1]
+LABS = list_labs(ROOT / "labs") if (ROOT / "labs").is_dir() else []
+LAB_IDS = [f"lab{lab.id}" for lab in LABS]
+MUTANTS = [(lab, m) for lab in LABS for m in load_mutants(lab)]
+#: At most this many grader subprocesses at once (the suite's machine has 2 cores).
+JOBS = 2
+
+
+# --------------------------------------------------------------------------------------
+# Every grader run of the session, once, two at a time.
+
+
+@pytest.fixture(scope="session")
+def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("released")
+    release(out, force=True, labs_dir=ROOT / "labs")
+    return out
+
+
+@pytest.fixture(scope="session")
+def graded(request: pytest.FixtureRequest, released: Path) -> dict[tuple[int, str], LabResult]:
+    """(lab id, "reference" | "starter" | mutant name) -> result, for the labs this session
+    selected."""
+    wanted = set()
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "lab" in params and "graded" in getattr(item, "fixturenames", ()):
+            wanted.add(params["lab"].id)
+    jobs: dict[tuple[int, str], dict] = {}
+    for lab in LABS:
+        if lab.id in wanted:
+            jobs[(lab.id, "reference")] = {}
+            jobs[(lab.id, "starter")] = {"path": released}
+            # A mutant is caught once one test of its caught_by tasks fails: run only those
+            # tasks and stop at the first failure (pytest -x).
+            jobs.update({(lab.id, m.name): {"mutant": m.name, "tasks": m.caught_by,
+                                            "fail_fast": True} for m in load_mutants(lab)})
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        futures = {key: pool.submit(grade, key[0], labs_dir=ROOT / "labs", **kwargs)
+                   for key, kwargs in jobs.items()}
+        return {key: f.result() for key, f in futures.items()}
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_reference_gets_full_marks(lab, graded) -> None:
+    result = graded[(lab.id, "reference")]
+    assert result.errors == () and result.message == "", result.table()
+    for task in result.tasks:
+        assert task.tests >= 1, f"{task.marker} has no test"
+    assert result.full_marks, result.table()
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_released_starter_scores_zero_on_every_task(lab, graded) -> None:
+    result = graded[(lab.id, "starter")]
+    # The graders must collect on the starter: every test runs and fails (no collection
+    # error, which would zero the tasks for the wrong reason).
+    assert result.errors == () and result.message == "", result.table()
+    for task in result.tasks:
+        assert task.tests >= 1 and task.score == 0, (task.marker, task.output)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_lab_has_two_mutants_or_more(lab) -> None:
+    assert len(load_mutants(lab)) >= 2
+
+
+@pytest.mark.parametrize(("lab", "mutant"), MUTANTS,
+                         ids=[f"lab{lab.id}-{m.name}" for lab, m in MUTANTS])
+def test_mutant_is_caught(lab, mutant: Mutant, graded) -> None:
+    result = graded[(lab.id, mutant.name)]
+    lost = [m for m in mutant.caught_by if result.task(m).lost_points]
+    assert lost, f"mutant {mutant.name} passed every task of {mutant.caught_by}:\n" \
+                 + result.table()
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_forbidden_import_scores_zero(lab, tmp_path: Path) -> None:
+    """The reference itself, with one forbidden import added, scores 0 (without running
+    the graders)."""
+    assert lab.forbidden_imports, f"lab {lab.id} forbids no import"
+    student = tmp_path / lab.folder
+    student.mkdir()
+    for name in lab.student_files:
+        shutil.copyfile(lab.path / name, student / name)
+    first = student / lab.student_files[0]
+    module = lab.forbidden_imports[0]
+    first.write_text(f"import {module}  # noqa\n" + first.read_text(encoding="utf-8"))
+    result = grade(lab.id, path=tmp_path, labs_dir=ROOT / "labs")
+    assert result.score == 0 and module in result.message
+    assert all(t.score == 0 and module in t.output for t in result.tasks)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_release_holds_no_solution(lab, released: Path) -> None:
+    folder = released / lab.folder
+    assert not (folder / "mutants.py").exists()
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert "BEGIN SOLUTION" not in path.read_text(encoding="utf-8", errors="replace"), \
+                path
+    for name, text in stripped_files(lab).items():
+        assert (folder / name).read_text(encoding="utf-8") == text
+        assert text != (lab.path / name).read_text(encoding="utf-8")
+        assert "raise NotImplementedError(" in text
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_autograder_zip_holds_the_release_only(lab, released: Path, tmp_path: Path) -> None:
+    out = build_autograder(lab.id, tmp_path / "ag.zip", labs_dir=ROOT / "labs")
+    with zipfile.ZipFile(out) as zf:
+        names = set(zf.namelist())
+        assert {"setup.sh", "run_autograder", "pyproject.toml", "README.md",
+                "pagedsim/labs/grading.py", "kernels/__init__.py"} <= names
+        for script in ("setup.sh", "run_autograder"):
+            assert stat.S_IMODE(zf.getinfo(script).external_attr >> 16) == 0o755
+        # pagedsim/labs/mutants.py is the framework's Mutant class; no lab's list may ship.
+        assert not any(n.startswith("labs/") and n.endswith("mutants.py") for n in names)
+        assert not any(n.startswith("labs/") and n.count("/") > 1
+                       and not n.startswith(f"labs/{lab.folder}/") for n in names)
+        references = {(lab.path / n).read_bytes() for n in lab.student_files}
+        for name in names:
+            data = zf.read(name)
+            assert data not in references, f"{name} is a reference solution"
+            if name.startswith("labs/"):
+                assert b"BEGIN SOLUTION" not in data, name
+        for student_file in lab.student_files:
+            assert zf.read(f"labs/{lab.folder}/{student_file}") == \
+                (released / lab.folder / student_file).read_bytes()
+        setup = zf.read("setup.sh").decode()
+    requirements, kernels = lab_requirements(lab)
+    assert ("pip install '.[kernels]'" in setup) == kernels
+    assert all(r in setup for r in requirements)
+
+
+# --------------------------------------------------------------------------------------
+# The autograder's scripts, run outside Gradescope on lab 1.
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.skipif(not (ROOT / "labs" / "lab1_budget").is_dir(), reason="lab 1 missing")
+def test_run_autograder_grades_a_submission(tmp_path: Path) -> None:
+    """run_autograder with $AUTOGRADER_ROOT at a temporary folder: a submission nested in a
+    folder, holding lab 1's reference, gets full marks; an empty one scores 0."""
+    out = build_autograder(1, tmp_path / "ag.zip", labs_dir=ROOT / "labs")
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(out) as zf:
+        zf.extractall(root / "source")
+    lab = next(lab for lab in LABS if lab.id == 1)
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable}
+    scores = []
+    for with_files in (True, False):
+        submission = root / "submission" / "my_lab"
+        shutil.rmtree(root / "submission", ignore_errors=True)
+        submission.mkdir(parents=True)
+        if with_files:
+            for name in lab.student_files:
+                shutil.copyfile(lab.path / name, submission / name)
+        proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        results = json.loads((root / "results" / "results.json").read_text())
+        scores.append(results["score"])
+    assert scores == [lab.max_score, 0]
+
+
+def test_known_requirements_match_pyproject() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is Python >= 3.11")
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["dev"]
+    assert set(KNOWN_REQUIREMENTS.values()) <= set(dev)
+
+
+# --------------------------------------------------------------------------------------
+# The index in labs/README.md.
+
+
+def test_labs_readme_index_matches_the_lab_json_files() -> None:
+    readme = ROOT / "labs" / "README.md"
+    assert between(readme.read_text(encoding="utf-8"), where=str(readme)) == \
+        index_table(LABS), "labs/README.md is out of date: python -m pagedsim.labs.index --write"
+
+
+def test_find_labs_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("PAGEDSIM_LABS_DIR", raising=False)
+    assert find_labs_dir() == ROOT / "labs"
+    monkeypatch.setenv("PAGEDSIM_LABS_DIR", str(tmp_path))
+    assert find_labs_dir() == tmp_path.resolve()
+    monkeypatch.setenv("PAGEDSIM_LABS_DIR", str(tmp_path / "nope"))
+    with pytest.raises(LabError, match="nope"):
+        find_labs_dir()
+
+
+# --------------------------------------------------------------------------------------
+# Solution regions.
+
+SOURCE = '''\
+def f(x):
+    """Doc."""
+    # BEGIN SOLUTION lab 1.2: add "one", then double
+    y = x + 1
+    return 2 * y
+    # END SOLUTION
+
+
+class C:
+    def g(self):
+        # BEGIN SOLUTION lab 1.1
+        return 3
+        # END SOLUTION
+'''
+
+
+def test_parse_regions() -> None:
+    first, second = parse_regions(SOURCE, "s.py", ("lab1_1", "lab1_2"))
+    assert (first.task_id, first.marker, first.text, first.begin, first.end, first.indent) == \
+        ("lab 1.2", "lab1_2", 'add "one", then double', 3, 6, "    ")
+    assert (second.marker, second.text, second.begin, second.end, second.indent) == \
+        ("lab1_1", "", 11, 13, " " * 8)
+
+
+def test_strip_regions() -> None:
+    out = strip_regions(SOURCE, "s.py", ("lab1_1", "lab1_2"))
+    assert out == '''\
+def f(x):
+    """Doc."""
+    # TODO lab 1.2: add "one", then double
+    raise NotImplementedError("lab 1.2: add \\"one\\", then double")
+
+
+class C:
+    def g(self):
+        # TODO lab 1.1
+        raise NotImplementedError("lab 1.1")
+'''
+    namespace: dict = {}
+    exec(compile(out, "s.py", "exec"), namespace)
+    with pytest.raises(NotImplementedError, match='lab 1.2: add "one", then double'):
+        namespace["f"](1)
+
+
+def test_strip_keeps_text_without_regions() -> None:
+    assert strip_regions("x = 1\n\ny = 2") == "x = 1\n\ny = 2"
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("# BEGIN SOLUTION lab 1.9: x\npass\n# END SOLUTION\n",
+     "s.py:1: unknown task id 'lab 1.9'; valid: lab 1.1, lab 1.2"),
+    ("# BEGIN SOLUTION lab 2.1\npass\n# END SOLUTION\n", "s.py:1: unknown task id 'lab 2.1'"),
+    ("# BEGIN SOLUTION\npass\n# END SOLUTION\n", "s.py:1: BEGIN SOLUTION needs a task id"),
+    ("# BEGIN SOLUTION lab 1.1 x\npass\n# END SOLUTION\n", "s.py:1: BEGIN SOLUTION needs"),
+    ("x = 1\n# BEGIN SOLUTION lab 1.1\n  # BEGIN SOLUTION lab 1.2\n# END SOLUTION\n",
+     "s.py:3: BEGIN SOLUTION inside the region opened at line 2 (regions may not nest)"),
+    ("# BEGIN SOLUTION lab 1.1\npass\n", "s.py:1: BEGIN SOLUTION lab 1.1 is never closed"),
+    ("pass\n# END SOLUTION\n", "s.py:2: END SOLUTION without a BEGIN SOLUTION"),
+    ("#BEGIN SOLUTION lab 1.1\npass\n# END SOLUTION\n", "s.py:1: malformed solution marker"),
+    ("# BEGIN SOLUTION lab 1.1\npass\n# end solution\n", "s.py:3: malformed solution marker"),
+    ("# BEGIN SOLUTION lab 1.1\npass\n# END SOLUTION here\n", "s.py:3: malformed"),
+])
+def test_region_errors_name_file_and_line(source: str, message: str) -> None:
+    with pytest.raises(RegionError) as info:
+        parse_regions(source, "s.py", ("lab1_1", "lab1_2"))
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_prose_about_the_end_is_no_marker() -> None:
+    assert parse_regions("# the backend solution is fine\nx = 'END SOLUTION'\n") == []
+
+
+# --------------------------------------------------------------------------------------
+# Mutants and the forbidden-import check.
+
+
+def test_mutant_checks() -> None:
+    mutant = Mutant(name="off-by-one", file="a.py", old="x + 1", new="x", caught_by="lab1_1")
+    assert mutant.caught_by == ("lab1_1",)
+    assert mutant.apply("y = x + 1\n") == "y = x\n"
+    with pytest.raises(LabError, match="occurs 2 times in a.py"):
+        mutant.apply("x + 1; x + 1")
+    with pytest.raises(LabError, match="occurs 0 times"):
+        mutant.apply("")
+    for bad in ({"name": "Bad Name"}, {"file": "a.txt"}, {"old": ""}, {"new": "x + 1"},
+                {"caught_by": ()}, {"caught_by": ("task1",)}):
+        with pytest.raises(LabError):
+            Mutant(**{"name": "m", "file": "a.py", "old": "x + 1", "new": "x",
+                      "caught_by": ("lab1_1",), **bad})
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_mutants_name_student_files_and_known_tasks(lab) -> None:
+    for mutant in load_mutants(lab):  # load_mutants checks each against the lab
+        assert mutant.file in lab.student_files and set(mutant.caught_by) <= set(lab.markers)
+
+
+@pytest.mark.parametrize(("source", "line"), [
+    ("import pagedsim.budget", 1),
+    ("import pagedsim.budget as b", 1),
+    ("x = 1\nfrom pagedsim.budget import kv_budget", 2),
+    ("from pagedsim import budget", 1),
+    ("from pagedsim import kv_budget", 1),  # re-exported from pagedsim.budget
+    ("import pagedsim\nx = pagedsim.kv_budget", 2),
+    ("import pagedsim as p\n\nx = p.budget.KVBudget", 3),
+    ("import importlib\nimportlib.import_module('pagedsim.budget')", 2),
+    ("__import__('pagedsim.budget')", 1),
+    ("def f():\n    from pagedsim.budget import kv_budget", 2),
+])
+def test_forbidden_import_found(source: str, line: int) -> None:
+    found = forbidden_imports(source, ["pagedsim.budget"], "s.py")
+    assert len(found) == 1 and found[0].startswith(f"s.py:{line}: uses pagedsim.")
+    assert found[0].endswith("which this lab forbids (pagedsim.budget)")
+
+
+@pytest.mark.parametrize("source", [
+    "import pagedsim.units", "from pagedsim.units import GiB", "import pagedsim\npagedsim.GPUS",
+    "from . import budget", "import budget_lab", "x = 'pagedsim.budget'", "def f(:",
+])
+def test_allowed_imports_pass(source: str) -> None:
+    assert forbidden_imports(source, ["pagedsim.budget"], "s.py") == []
+
+
+# --------------------------------------------------------------------------------------
+# The plugin and the scoring, on a small lab written here.
+
+_TOY_TESTS = '''\
+import adapters
+import pytest
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+
+@pytest.mark.lab1_1
+def test_one():
+    assert adapters.value() == 1
+
+
+@pytest.mark.lab1_1
+def test_two():
+    assert adapters.value() == 2
+
+
+@pytest.mark.lab1_1
+def test_three():
+    assert adapters.value() == 1
+
+
+@pytest.mark.lab1_2
+def test_fixture_error(broken):
+    pass
+
+
+@pytest.mark.lab1_2
+def test_ok():
+    pass
+
+
+@pytest.mark.lab1_2
+def test_skip():
+    pytest.skip("not today")
+'''
+
+
+def _toy_lab(root: Path, tests: str) -> Path:
+    lab = root / "lab1_toy"
+    lab.mkdir(parents=True)
+    (lab / "lab.json").write_text(json.dumps({
+        "id": 1, "title": "Toy", "hours": 1, "notebook": "notebooks/01_kv_cache.ipynb",
+        "student_files": ["toy.py"], "forbidden_imports": ["os"],
+        "tasks": [{"marker": "lab1_1", "title": "one", "points": 3},
+                  {"marker": "lab1_2", "title": "two", "points": 6}]}))
+    (lab / "toy.py").write_text("def value():\n    # BEGIN SOLUTION lab 1.1: one\n"
+                                "    return 1\n    # END SOLUTION\n")
+    (lab / "adapters.py").write_text("import toy\n\n\ndef value():\n    return toy.value()\n")
+    (lab / "test_lab1.py").write_text(tests)
+    return root
+
+
+def test_scores_are_points_times_the_share_of_passed_tests(tmp_path: Path) -> None:
+    result = grade(1, labs_dir=_toy_lab(tmp_path, _TOY_TESTS))
+    one, two = result.tasks
+    assert (one.passed, one.tests, one.score) == (2, 3, 2.0)
+    assert (two.passed, two.tests, two.score) == (1, 3, 2.0)
+    assert "test_two: failed: assert 1 == 2" in one.output
+    assert "test_fixture_error: failed: (in setup) RuntimeError: fixture broke" in two.output
+    assert "test_skip: skipped" in two.output and "not today" in two.output
+    report = result.to_gradescope()
+    assert report["score"] == 4.0 and [t["max_score"] for t in report["tests"]] == [3, 6]
+    assert report["tests"][0]["name"] == "lab1_1: one"
+
+
+def test_plugin_refuses_tests_without_exactly_one_task(tmp_path: Path) -> None:
+    """No task marker, two, or one the lab does not have: pytest stops before running
+    anything, every task scores 0, and each offending test is named."""
+    tests = ("import pytest\n\n\ndef test_none():\n    pass\n\n\n"
+             "@pytest.mark.lab1_1\n@pytest.mark.lab1_2\ndef test_both():\n    pass\n\n\n"
+             "@pytest.mark.lab1_7\ndef test_seven():\n    pass\n\n\n"
+             "@pytest.mark.lab1_1\ndef test_fine():\n    pass\n")
+    result = grade(1, labs_dir=_toy_lab(tmp_path, tests))
+    assert result.score == 0 and all(t.tests == 0 for t in result.tasks)
+    assert len(result.errors) == 3, result.errors
+    for name, message in (("test_none", "has no task marker"),
+                          ("test_both", "has 2 task markers"),
+                          ("test_seven", "marker(s) lab1_7 that are no task of this lab")):
+        assert any(f"test_lab1.py::{name} " in e and message in e for e in result.errors)
+
+
+def test_missing_student_file_scores_zero(tmp_path: Path) -> None:
+    labs = _toy_lab(tmp_path / "labs", _TOY_TESTS)
+    (tmp_path / "empty").mkdir()
+    result = grade(1, path=tmp_path / "empty", labs_dir=labs)
+    assert result.score == 0 and "missing student file(s) toy.py" in result.message
+
+
+# --------------------------------------------------------------------------------------
+# lab.json validation.
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"id": 2}, "id must be the integer 1 of the folder name lab1_toy, got 2"),
+    ({"hours": 0}, "hours must be a number > 0, got 0"),
+    ({"title": ""}, "title must be a non-empty string"),
+    ({"student_files": ["nope.py"]}, "student file 'nope.py' does not exist"),
+    ({"student_files": ["adapters.py"]}, "student_files may not name 'adapters.py'"),
+    ({"forbidden_imports": ["no such"]}, "is not a module name"),
+    ({"tasks": [{"marker": "lab1_2", "title": "x", "points": 1}]}, "must be lab1_1"),
+    ({"tasks": [{"marker": "lab2_1", "title": "x", "points": 1}]}, "must be lab1_<k>"),
+    ({"tasks": [{"marker": "lab1_1", "title": "x"}]}, "exactly the keys marker, title, points"),
+    ({"colour": "red"}, "unknown key(s) colour"),
+])
+def test_lab_json_errors(tmp_path: Path, change: dict, message: str) -> None:
+    labs = _toy_lab(tmp_path, _TOY_TESTS)
+    path = labs / "lab1_toy" / "lab.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(LabError) as info:
+        list_labs(labs)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_every_task_needs_a_region(tmp_path: Path) -> None:
+    labs = _toy_lab(tmp_path / "labs", _TOY_TESTS)
+    with pytest.raises(RegionError, match=r"task\(s\) lab 1.2 have no solution region"):
+        release(tmp_path / "out", labs_dir=labs)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+# --------------------------------------------------------------------------------------
+# The command line.
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_cli_list_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _cli(capsys, "labs", "list", "--json")
+    rows = json.loads(out)
+    assert status == 0 and [(r["id"], r["title"]) for r in rows] == \
+        [(lab.id, lab.title) for lab in list_labs()]
+    status, out, _ = _cli(capsys, "labs", "list")
+    assert status == 0 and len(out.splitlines()) == len(rows)
+
+
+def test_cli_grade_json_shape(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gradescope's results.json shape, and exit status 0 although every point is lost (a
+    forbidden import: no grader run needed)."""
+    labs = _toy_lab(tmp_path / "labs", _TOY_TESTS)
+    monkeypatch.setenv("PAGEDSIM_LABS_DIR", str(labs))
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "toy.py").write_text("import os\n")
+    status, out, err = _cli(capsys, "labs", "grade", "1", "--path", str(student), "--json")
+    assert (status, err) == (0, "")
+    report = json.loads(out)
+    assert set(report) == {"score", "output", "tests"} and report["score"] == 0
+    for test in report["tests"]:
+        assert set(test) == {"name", "score", "max_score", "output"}
+    assert [t["name"] for t in report["tests"]] == ["lab1_1: one", "lab1_2: two"]
+    status, out, _ = _cli(capsys, "labs", "grade", "1", "--path", str(student))
+    assert status == 0 and "total" in out and "uses os" in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["labs"], "missing action"),
+    (["labs", "grade", "99"], "unknown lab 99; valid: "),
+    (["labs", "grade", "x"], "invalid int value: 'x'"),
+    (["labs", "grade", "1", "--path", "/no/such/dir"], "path '/no/such/dir' does not exist"),
+    (["labs", "grade", "1", "--mutant", "no-such"], "has no mutant 'no-such'; valid: "),
+    (["labs", "grade", "1", "--mutant", "x", "--path", "."], "not both"),
+    (["labs", "grade", "1", "--timeout", "0"], "--timeout"),
+    (["labs", "autograder", "1", "out.txt"], "must be a .zip file name"),
+    (["labs", "autograder", "99", "out.zip"], "unknown lab 99"),
+])
+def test_cli_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                           message: str) -> None:
+    status, out, err = _cli(capsys, *argv)
+    assert status == 2 and out == ""
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_cli_release_refuses_a_non_empty_folder(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    status, _, err = _cli(capsys, "labs", "release", str(tmp_path))
+    assert status == 2 and "is not empty; pass --force" in err
+    status, out, _ = _cli(capsys, "labs", "release", str(tmp_path), "--force")
+    assert status == 0 and (tmp_path / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == \
+        [lab.folder for lab in list_labs()]
+
+
+def test_cli_without_pytest_exits_2() -> None:
+    """In a fresh interpreter where pytest cannot be imported: one line, exit status 2."""
+    code = ("import sys; sys.modules['pytest'] = None; from pagedsim.cli import main; "
+            "sys.exit(main(['labs', 'grade', '1']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("pagedsim: error: pytest is not installed; grading needs "
+                                   "it: pip install pytest hypothesis (or pip install -e "
+                                   "'.[dev]')")
