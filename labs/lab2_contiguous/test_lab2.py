@@ -27,8 +27,8 @@ PHASES = tuple(Phase) if os.environ.get("LAB_SHRINK") == "1" else (Phase.explici
                                                                      Phase.generate)
 COMMON = {"deadline": None, "derandomize": True, "database": None, "phases": PHASES,
           "suppress_health_check": list(HealthCheck)}
-FAST = settings(max_examples=60, **COMMON)
-MACHINE = settings(max_examples=25, stateful_step_count=30, **COMMON)
+FAST = settings(max_examples=40, **COMMON)
+MACHINE = settings(max_examples=20, stateful_step_count=30, **COMMON)
 
 # Notebook 02, section 1: an arena of 128 slots filled by five requests under oracle
 # reservation, each run to completion: A [0, 32), B [32, 64), C [64, 80), D [80, 96),

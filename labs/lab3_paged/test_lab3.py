@@ -26,7 +26,7 @@ from pagedsim.testing.allocator_machine import AccountingRules, AllocatorMachine
 # minimal example unless LAB_SHRINK=1 (shrinking can take a minute; graders take seconds).
 PHASES = tuple(Phase) if os.environ.get("LAB_SHRINK") == "1" else (Phase.explicit,
                                                                      Phase.generate)
-MACHINE = settings(max_examples=25, stateful_step_count=30, deadline=None, derandomize=True,
+MACHINE = settings(max_examples=20, stateful_step_count=30, deadline=None, derandomize=True,
                    database=None, phases=PHASES, suppress_health_check=list(HealthCheck))
 OOM = adapters.OutOfMemoryError
 
