@@ -1,6 +1,6 @@
 """Where every slot of the KV pool goes, at one instant.
 
-The pool's ``capacity_slots`` split into exactly five parts (they always sum to
+The pool's ``capacity_slots`` split into exactly six parts (they always sum to
 capacity):
 
 1. ``token``: slots holding K/V of tokens that exist now (a physical slot shared by
@@ -8,9 +8,12 @@ capacity):
 2. ``reserved``: allocated, empty, and the owner will fill them before it finishes;
 3. ``internal_frag``: allocated, empty, never to be filled (over-reservation, the
    tail of a last block, alignment or buddy rounding);
-4. ``external_frag``: free slots in holes too small for what the next waiting
+4. ``cached``: slots of blocks no running sequence holds whose K/V a prefix cache keeps
+   for reuse (schemes ``prefix-cache`` and ``radix``): free to take, since evicting them
+   costs only a recomputation later, so admission counts them as available;
+5. ``external_frag``: free slots in holes too small for what the next waiting
    request needs (always 0 for paged allocation: any free block serves);
-5. ``free``: the rest.
+6. ``free``: the rest.
 
 Sharing saving (vLLM paper section 6.3) is ``1 - physical_blocks / logical_blocks``.
 """
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the allocators use the rules below, so no runtime import back
     from .allocators.base import Allocator, SeqId
 
-CATEGORIES = ("token", "reserved", "internal_frag", "external_frag", "free")
+CATEGORIES = ("token", "reserved", "internal_frag", "cached", "external_frag", "free")
 
 
 # ----------------------------------------------------------------- the rules
@@ -46,7 +49,7 @@ def split_slots(filled: int, future: int, size: int) -> tuple[int, int, int]:
 
 @dataclass(frozen=True, slots=True)
 class SlotAccount:
-    """The five categories in slots, plus block counts for sharing savings."""
+    """The six categories in slots, plus block counts for sharing savings."""
 
     token: int
     reserved: int
@@ -56,9 +59,11 @@ class SlotAccount:
     capacity: int
     physical_blocks: int
     logical_blocks: int
+    cached: int = 0  # last, so that schemes without a prefix cache need not name it
 
     def __post_init__(self) -> None:
-        parts = (self.token, self.reserved, self.internal_frag, self.external_frag, self.free)
+        parts = (self.token, self.reserved, self.internal_frag, self.cached,
+                 self.external_frag, self.free)
         if min(parts) < 0 or sum(parts) != self.capacity:
             raise AssertionError(f"slot categories {parts} do not partition {self.capacity}")
 
@@ -73,7 +78,7 @@ class SlotAccount:
         return 1 - self.physical_blocks / self.logical_blocks if self.logical_blocks else 0.0
 
     def shares(self) -> dict[str, float]:
-        """The five categories as fractions of capacity (they sum to 1)."""
+        """The six categories as fractions of capacity (they sum to 1)."""
         return {c: getattr(self, c) / self.capacity for c in CATEGORIES}
 
     def to_dict(self) -> dict:
@@ -85,7 +90,7 @@ def account(
     next_need_slots: int | None = None,
     final_lens: Mapping[SeqId, int] | None = None,
 ) -> SlotAccount:
-    """Split ``allocator``'s pool into the five categories.
+    """Split ``allocator``'s pool into the six categories.
 
     ``next_need_slots`` is what the next waiting request would take
     (``allocator.slots_needed(prompt_len, final_len)``), or None when nobody waits:
@@ -105,4 +110,5 @@ def account(
         capacity=allocator.capacity_slots,
         physical_blocks=usage.physical_blocks,
         logical_blocks=usage.logical_blocks,
+        cached=usage.cached_slots,
     )

@@ -12,8 +12,8 @@ of the pool in category ``c`` is ::
 
     share_c = sum_steps(c_slots * step_time_s) / sum_steps(capacity * step_time_s)
 
-which is the fraction of slot-seconds spent in ``c``. The five shares sum to 1 because
-the five categories partition the pool at every step. (If every step had zero length,
+which is the fraction of slot-seconds spent in ``c``. The six shares sum to 1 because
+the six categories partition the pool at every step. (If every step had zero length,
 e.g. a cost model with no per-step overhead and no work, the steps are weighted equally.)
 
 Two views are reported, with the prefixes ``all_`` and ``sat_``:
@@ -41,6 +41,15 @@ Other numbers (units in the key names)
   end-to-end latency / output length (seconds per output token, as in the paper).
 * ``sharing_saving``: time-weighted ``1 - physical_blocks / logical_blocks`` over steps
   with ``logical_blocks > 0`` (the paper's section 6.3 memory saving; 0 without sharing).
+* ``prefix_queries`` / ``prefix_hits``: tokens of admitted prompts (recomputations
+  included) looked up in a prefix cache, and found there (vLLM's ``prefix_cache_queries``
+  and ``prefix_cache_hits``); ``prefix_hit_rate`` = hits / queries (0 for a scheme
+  without a cache, whose lookups find nothing; NaN only when nothing was admitted);
+  ``prefix_hit_rate_last_1000``: prompt tokens served from the cache over prompt tokens,
+  for the last 1,000 requests admitted (first admissions only).
+  ``prefill_tokens_computed`` / ``prefill_tokens_cached``: prompt tokens the model
+  computed, and those a prefix cache served instead. ``evictions``: cached blocks reused
+  for other content.
 * ``preemptions``, ``swaps`` (swap-outs), ``cow_copies`` (copy-on-write block copies):
   counts over the run; ``num_steps``: steps that ran something.
 """
@@ -74,6 +83,11 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "p50_normalized_latency_s",
     "p90_normalized_latency_s",
     "sharing_saving",
+    "prefix_hit_rate",
+    "prefix_hit_rate_last_1000",
+    "prefill_tokens_computed",
+    "prefill_tokens_cached",
+    "evictions",
     "preemptions",
     "swaps",
     "cow_copies",
@@ -92,7 +106,7 @@ def _weights(step_time_s: np.ndarray) -> np.ndarray:
 
 
 def time_weighted_shares(steps: pd.DataFrame) -> dict[str, float]:
-    """The five categories' shares of slot-seconds over the rows of ``steps`` (fractions
+    """The six categories' shares of slot-seconds over the rows of ``steps`` (fractions
     summing to 1; NaN for every category if ``steps`` is empty)."""
     if len(steps) == 0:
         return {c: math.nan for c in CATEGORIES}
@@ -110,6 +124,29 @@ def sharing_saving(steps: pd.DataFrame) -> float:
     w = _weights(used["step_time_s"].to_numpy())
     ratio = used["physical_blocks"].to_numpy() / used["logical_blocks"].to_numpy()
     return float(((1.0 - ratio) * w).sum() / w.sum())
+
+
+#: Requests in the "recent" prefix-cache hit rate (vLLM reports one over the last 1,000).
+RECENT_REQUESTS = 1000
+
+
+def prefix_cache_stats(steps: pd.DataFrame, reqs: pd.DataFrame) -> dict[str, float | int]:
+    """Prefix-cache numbers of one run (hit rates NaN when nothing was looked up)."""
+    queries = int(steps["prefix_query_tokens"].sum())
+    hits = int(steps["prefix_hit_tokens"].sum())
+    admitted = reqs.dropna(subset=["first_scheduled_s", "cached_prompt_tokens"])
+    recent = admitted.sort_values(["first_scheduled_s", "request_id"]).tail(RECENT_REQUESTS)
+    recent_queries = int(recent["prompt_len"].sum())
+    return {
+        "prefix_queries": queries,
+        "prefix_hits": hits,
+        "prefix_hit_rate": hits / queries if queries else math.nan,
+        "prefix_hit_rate_last_1000": (float(recent["cached_prompt_tokens"].sum())
+                                      / recent_queries if recent_queries else math.nan),
+        "prefill_tokens_computed": int(steps["prefill_tokens"].sum()),
+        "prefill_tokens_cached": int(steps["prefill_tokens_cached"].sum()),
+        "evictions": int(steps["evictions"].sum()),
+    }
 
 
 def summarize(result: SimResult, steps: pd.DataFrame | None = None
@@ -153,6 +190,7 @@ def summarize(result: SimResult, steps: pd.DataFrame | None = None
     out["p50_normalized_latency_s"] = float(np.percentile(lat, 50)) if len(lat) else math.nan
     out["p90_normalized_latency_s"] = float(np.percentile(lat, 90)) if len(lat) else math.nan
     out["sharing_saving"] = sharing_saving(steps)
+    out.update(prefix_cache_stats(steps, reqs))
     out["preemptions"] = int(result.num_preemptions)
     out["swaps"] = int(result.num_swaps_out)
     out["cow_copies"] = int(result.num_cow_copies)

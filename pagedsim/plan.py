@@ -54,6 +54,7 @@ class SequenceGroup:
     finish_s: float | None = None
     num_preemptions: int = 0
     reject_reason: str | None = None  # why the request can never run (status "rejected")
+    cached_prompt_tokens: int | None = None  # prompt tokens a prefix cache served, first time
 
     @property
     def width(self) -> int:
@@ -106,7 +107,10 @@ class StepPlan:
     finished: list[int] = field(default_factory=list)  # request ids done after this step
     rejected: list[int] = field(default_factory=list)  # request ids that can never run
     # Totals for the cost model (kept here so the executor needs no other state).
-    num_prefill_tokens: int = 0
+    num_prefill_tokens: int = 0  # prompt tokens computed (not served from a prefix cache)
+    num_prefill_tokens_cached: int = 0  # prompt tokens a prefix cache served instead
+    prefix_query_tokens: int = 0  # tokens of the admitted prompts looked up in the cache
+    prefix_hit_tokens: int = 0  # of them, tokens found (as vLLM's prefix_cache_hits)
     kv_tokens_read: int = 0  # context tokens the decodes attend over
     num_batched_requests: int = 0
 

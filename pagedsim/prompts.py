@@ -9,9 +9,11 @@ agree. A request without pieces holds tokens nobody else holds.
 Prefix caches (vLLM v1's automatic prefix caching, SGLang's radix tree) key a block of
 ``block_size`` tokens on its content *and everything before it*: block j's hash is the
 hash of block j-1's hash and block j's token ids, so equal hashes mean equal prefixes.
-Only full blocks are hashed; a prompt's partial last block is never shared.
+Only full blocks are hashed; a partial last block is never shared.
 :func:`block_hashes` computes that chain from the pieces, without materializing tokens:
-a block's content is named by the (piece id, offset, length) runs it covers.
+a block's content is named by the runs it covers (:func:`block_key`): piece runs, the
+request's own prompt tokens, and generated tokens (which are the sequence's own unless
+``output_in_pieces`` names them).
 """
 
 from __future__ import annotations
@@ -24,28 +26,53 @@ from .workload import Request
 VOCAB_SIZE = 128_256
 
 
-def block_hashes(request: Request, block_size: int) -> list[int]:
-    """Chained hashes of the prompt's full blocks of ``block_size`` tokens, in order
-    (``prompt_len // block_size`` of them)."""
-    n = request.prompt_len // block_size
-    pieces = request.prompt_pieces
-    piece_tokens = request.prompt_piece_tokens
+def block_key(request: Request, block_size: int, index: int, branch: int = 0) -> tuple:
+    """What block ``index`` (tokens ``index * block_size`` onwards) of one sequence of
+    ``request`` holds, as a tuple of runs of ints: a piece run ``(piece, offset, length)``
+    where pieces name the tokens, ``(-1, request_id, position, length)`` for prompt tokens
+    nobody else holds, ``(-2, request_id, branch, position, length)`` for generated tokens.
+
+    ``branch`` tells apart the sequences of one request (parallel samples, beams: their
+    outputs differ); the scheduler passes the sequence id. Outputs named by pieces
+    (``output_in_pieces``, a single-sequence request) ignore it.
+    """
+    start, end = index * block_size, (index + 1) * block_size
+    pieces, pt, plen = request.prompt_pieces, request.prompt_piece_tokens, request.prompt_len
+    named = 0 if pieces is None else plen  # tokens the pieces name
+    if pieces is not None and request.output_in_pieces and request.n == 1 \
+            and request.beam_width == 1:
+        named = min(len(pieces) * pt, plen + request.output_len)
+    runs: list[tuple[int, ...]] = []
+    pos = start
+    while pos < end:
+        if pos < named:
+            k, off = divmod(pos, pt)
+            take = min(end - pos, pt - off, named - pos)
+            runs.append((pieces[k], off, take))  # type: ignore[index]
+        elif pos < plen:  # a prompt without pieces
+            take = min(end, plen) - pos
+            runs.append((-1, request.request_id, pos, take))
+        else:
+            take = end - pos
+            runs.append((-2, request.request_id, branch, pos, take))
+        pos += take
+    return tuple(runs)
+
+
+def chain_hash(parent: int, key: tuple) -> int:
+    """Block hash from its parent block's hash (0 for the first block) and its content."""
+    return hash((parent, key))
+
+
+def block_hashes(request: Request, block_size: int, num_tokens: int | None = None,
+                 branch: int = 0) -> list[int]:
+    """Chained hashes of the first ``num_tokens`` tokens' full blocks of ``block_size``
+    (default: the prompt's, ``prompt_len // block_size`` of them), in order."""
+    n = (request.prompt_len if num_tokens is None else num_tokens) // block_size
     out: list[int] = []
     parent = 0
     for j in range(n):
-        start, end = j * block_size, (j + 1) * block_size
-        if pieces is None:  # unique content: name it by the request
-            key: tuple = (-1, request.request_id, start)  # ints only: a stable hash
-        else:
-            runs = []
-            pos = start
-            while pos < end:
-                k, off = divmod(pos, piece_tokens)
-                take = min(end - pos, piece_tokens - off)
-                runs.append((pieces[k], off, take))
-                pos += take
-            key = tuple(runs)
-        parent = hash((parent, key))
+        parent = chain_hash(parent, block_key(request, block_size, j, branch))
         out.append(parent)
     return out
 

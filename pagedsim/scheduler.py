@@ -377,13 +377,15 @@ class Scheduler:
             recompute = group.num_output > 0
             width = len(group.seq_ids) if recompute else group.width
             num_tokens = group.request.prompt_len + group.num_output
-            prefill_tokens = num_tokens * (len(group.seq_ids) if recompute else 1)
             if width > cfg.max_num_seqs:
                 self._reject(self.waiting.popleft(), plan,
                              f"it runs {width} sequences at once, more than max_num_seqs "
                              f"({cfg.max_num_seqs})")
                 continue
             can_chunk = chunked and width == 1
+            # A prefix cache serves the first ``hit`` tokens: only the rest is computed.
+            hit = self.allocator.lookup_prefix(group.request, num_tokens, group.seq_ids[0])
+            prefill_tokens = (num_tokens - hit) * (len(group.seq_ids) if recompute else 1)
             if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
                 self._reject(self.waiting.popleft(), plan,
                              f"{self._describe(group)}: its prompt is longer than "
@@ -392,8 +394,8 @@ class Scheduler:
                 continue
             if num_seqs + width > cfg.max_num_seqs:
                 break
-            chunk = min(num_tokens, budget) if can_chunk else num_tokens
-            if chunk == 0:
+            chunk = hit + min(num_tokens - hit, budget) if can_chunk else num_tokens
+            if chunk == hit:
                 break
             # A recomputation larger than the whole token budget would wait forever: it
             # runs alone.
@@ -419,10 +421,21 @@ class Scheduler:
             group.prefill_left = num_tokens - chunk
             if group.first_scheduled_s is None:
                 group.first_scheduled_s = now_s
+            done = 0
             for seq_id in group.seq_ids:
-                plan.prefills.append(PrefillItem(group.request.request_id, seq_id, chunk,
-                                                 recompute, 0, not group.prefill_left))
-            done = chunk * (len(group.seq_ids) if recompute else 1)
+                # Tokens served from the cache are attended to, not computed.
+                cached = self.allocator.prefix_hit_tokens(seq_id)
+                plan.prefills.append(PrefillItem(group.request.request_id, seq_id,
+                                                 chunk - cached, recompute, cached,
+                                                 not group.prefill_left))
+                done += chunk - cached
+                plan.num_prefill_tokens_cached += cached
+                plan.kv_tokens_read += cached
+            hit = self.allocator.prefix_hit_tokens(group.seq_ids[0])
+            plan.prefix_query_tokens += num_tokens
+            plan.prefix_hit_tokens += hit
+            if group.cached_prompt_tokens is None:
+                group.cached_prompt_tokens = min(hit, group.request.prompt_len)
             plan.num_prefill_tokens += done
             plan.num_batched_requests += 1
             self.running.append(group)
@@ -440,11 +453,11 @@ class Scheduler:
         watermark = self.config.watermark if watermark is None else watermark
         if recompute:
             return self.allocator.allocate_group(group.seq_ids, num_tokens, group.kv_final_len,
-                                                 watermark=watermark)
+                                                 watermark=watermark, content=group.request)
         # The children's ids are only taken when the admission succeeds.
         children = [self._next_seq + 1 + i for i in range(group.width - 1)]
         if not self.allocator.allocate_group(group.seq_ids[:1], num_tokens, group.kv_final_len,
-                                             children, watermark):
+                                             children, watermark, content=group.request):
             return False
         self._next_seq += len(children)
         self._children[group.request.request_id] = children

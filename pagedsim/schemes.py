@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from .allocators.base import Allocator
 from .allocators.contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .allocators.paged import PagedAllocator
+from .allocators.prefix_cache import PrefixCachingAllocator
 from .allocators.vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator
 from .specs import ModelSpec, get_model
 from .validate import check_int
@@ -154,6 +155,22 @@ def _paged(pool: PoolSpec) -> PagedAllocator:
 register(Scheme(
     "paged", "PagedAttention (vLLM): fixed-size blocks, block tables, ref counts, "
     "copy-on-write", "paged", "blocks", _paged, paper_key="paged"))
+
+
+def _prefix_cache(dedup: bool) -> Callable[[PoolSpec], Allocator]:
+    def build(pool: PoolSpec) -> PrefixCachingAllocator:
+        return PrefixCachingAllocator(_paged(pool).num_blocks, pool.block_size, dedup)
+    return build
+
+
+register(Scheme(
+    "prefix-cache", "automatic prefix caching (vLLM v1): paged blocks named by chained "
+    "hashes stay cached after their request ends; one LRU free queue, evicted lazily",
+    "paged", "blocks", _prefix_cache(False)))
+register(Scheme(
+    "prefix-cache-dedup", "prefix caching that de-duplicates (vLLM v0): a block that fills "
+    "with content already cached switches to the cached copy", "paged", "blocks",
+    _prefix_cache(True)))
 
 _RESERVATION_WORDS = {
     "max": "max_model_len slots per request",

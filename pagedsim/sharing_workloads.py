@@ -265,10 +265,10 @@ def generate_multi_turn(config: MultiTurnConfig) -> list[Request]:
         need = -(-(prompt_len + output[i]) // c.piece_tokens)
         stream = streams[conv]
         stream.extend(ids.take(need - len(stream)))
-        pieces = tuple(stream[: -(-prompt_len // c.piece_tokens)])
+        pieces = tuple(stream[:need])  # prompt and output: the next turn repeats both
         out.append(Request(i, arrivals[i], prompt_len, output[i], c.n, c.beam_width,
                            prefix_id=conv, prompt_pieces=pieces,
-                           prompt_piece_tokens=c.piece_tokens))
+                           prompt_piece_tokens=c.piece_tokens, output_in_pieces=True))
         history[conv] = prompt_len + output[i]
     return out
 

@@ -2,7 +2,7 @@
 
 Time is simulated: each step lasts what :class:`~pagedsim.cost.CostModel` says
 (plus the PCIe time of any swap); when nothing can run the clock jumps to the next
-arrival. Every step records the five-way slot account of the pool *during* that step
+arrival. Every step records the six-way slot account of the pool *during* that step
 (after the scheduler took and released memory for it).
 """
 
@@ -21,13 +21,15 @@ from .workload import Request
 
 STEP_COLUMNS = (
     "step", "time_s", "step_time_s", "running", "batched_requests", "waiting", "swapped",
-    "token", "reserved", "internal_frag", "external_frag", "free", "capacity",
+    "token", "reserved", "internal_frag", "cached", "external_frag", "free", "capacity",
     "physical_blocks", "logical_blocks", "prefill_tokens", "decode_seqs",
     "preemptions", "swaps_out", "swaps_in", "cow_copies", "finished",
+    "prefill_tokens_cached", "prefix_query_tokens", "prefix_hit_tokens", "evictions",
 )  # fmt: skip
 REQUEST_COLUMNS = (
     "request_id", "arrival_s", "prompt_len", "output_len", "n", "beam_width",
     "first_scheduled_s", "first_token_s", "finish_s", "num_output", "num_preemptions",
+    "cached_prompt_tokens",
 )  # fmt: skip
 
 
@@ -105,6 +107,7 @@ def simulate(
     i, n = 0, len(reqs)
     stalls = 0
     step_time = cost.step_time_s
+    evicted = allocator.evicted_blocks
     while i < n or sched.has_unfinished():
         while i < n and reqs[i].arrival_s <= now:
             sched.add_request(reqs[i])
@@ -134,11 +137,14 @@ def simulate(
         rows.append((
             plan.step, now, dt, len(plan.decode_seq_ids) + len(plan.prefills),
             plan.num_batched_requests, len(sched.waiting), len(sched.swapped),
-            acct.token, acct.reserved, acct.internal_frag, acct.external_frag, acct.free,
-            acct.capacity, acct.physical_blocks, acct.logical_blocks,
+            acct.token, acct.reserved, acct.internal_frag, acct.cached, acct.external_frag,
+            acct.free, acct.capacity, acct.physical_blocks, acct.logical_blocks,
             plan.num_prefill_tokens, len(plan.decode_seq_ids), len(plan.preempted),
             len(plan.swap_outs), len(plan.swap_ins), len(plan.cow_copies), len(plan.finished),
+            plan.num_prefill_tokens_cached, plan.prefix_query_tokens, plan.prefix_hit_tokens,
+            allocator.evicted_blocks - evicted,
         ))  # fmt: skip
+        evicted = allocator.evicted_blocks
         if on_step is not None:
             on_step(sched, plan)
         now += dt
@@ -153,6 +159,7 @@ def simulate(
         result.request_rows.append((
             r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.n, r.beam_width,
             g.first_scheduled_s, g.first_token_s, g.finish_s, g.num_output, g.num_preemptions,
+            g.cached_prompt_tokens,
         ))  # fmt: skip
     result.rejections = [(g.request.request_id, g.reject_reason) for g in sched.groups.values()
                          if g.reject_reason is not None]

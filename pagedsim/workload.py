@@ -108,6 +108,10 @@ class Request:
     #: k pieces of tokens (see :mod:`pagedsim.prompts`); None: a prompt shared with nobody.
     prompt_pieces: tuple[int, ...] | None = None
     prompt_piece_tokens: int = 512
+    #: True when ``prompt_pieces`` go on past the prompt to name the output's tokens too
+    #: (a multi-turn chat, whose next turn repeats this output); then the pieces are kept
+    #: up to ``prompt_len + output_len`` tokens. False: output tokens are the request's own.
+    output_in_pieces: bool = False
 
     def __post_init__(self) -> None:
         # Coerce numpy scalars to plain Python numbers so requests hash, compare and
@@ -133,12 +137,16 @@ class Request:
             pieces = tuple(check_int(f"request {self.request_id}: prompt_pieces", p, minimum=0)
                            for p in self.prompt_pieces)
             need = -(-self.prompt_len // self.prompt_piece_tokens)
+            keep = (-(-(self.prompt_len + self.output_len) // self.prompt_piece_tokens)
+                    if self.output_in_pieces else need)
             if len(pieces) < need:
                 raise ValueError(
                     f"request {self.request_id}: {len(pieces)} prompt pieces of "
                     f"{self.prompt_piece_tokens} tokens cannot hold {self.prompt_len} tokens "
                     f"(need {need})")
-            set_(self, "prompt_pieces", pieces[:need])
+            set_(self, "prompt_pieces", pieces[:keep])
+        elif self.output_in_pieces:
+            raise ValueError(f"request {self.request_id}: output_in_pieces needs prompt_pieces")
 
     @property
     def final_len(self) -> int:

@@ -22,7 +22,8 @@ def _step(step: int, time_s: float, dt: float, waiting: int, token: int, reserve
                reserved=reserved, internal_frag=internal, external_frag=external, free=free,
                capacity=CAP, physical_blocks=physical, logical_blocks=logical,
                prefill_tokens=0, decode_seqs=batched, preemptions=0, swaps_out=0,
-               swaps_in=0, cow_copies=0, finished=0)
+               swaps_in=0, cow_copies=0, finished=0, cached=0, prefill_tokens_cached=0,
+               prefix_query_tokens=0, prefix_hit_tokens=0, evictions=0)
     return tuple(row[c] for c in STEP_COLUMNS)
 
 
@@ -39,10 +40,10 @@ def _result() -> SimResult:
               batched=6, physical=4, logical=8),
     ]
     # request_id, arrival_s, prompt_len, output_len, n, beam_width, first_scheduled_s,
-    # first_token_s, finish_s, num_output, num_preemptions
+    # first_token_s, finish_s, num_output, num_preemptions, cached_prompt_tokens
     r.request_rows = [
-        (0, 0.0, 10, 10, 1, 1, 0.0, 1.0, 4.0, 10, 0),  # latency 4 s -> 0.4 s/token
-        (1, 1.0, 10, 20, 2, 1, 1.0, 4.0, 5.0, 20, 0),  # latency 4 s -> 0.2 s/token
+        (0, 0.0, 10, 10, 1, 1, 0.0, 1.0, 4.0, 10, 0, 0),  # latency 4 s -> 0.4 s/token
+        (1, 1.0, 10, 20, 2, 1, 1.0, 4.0, 5.0, 20, 0, 0),  # latency 4 s -> 0.2 s/token
     ]
     r.num_preemptions, r.num_swaps_out, r.num_cow_copies = 3, 1, 2
     return r

@@ -1,9 +1,11 @@
-"""KV-cache allocators: contiguous regions, paged blocks and vAttention pages, behind one
+"""KV-cache allocators: contiguous regions, paged blocks (with or without a prefix cache) and
+vAttention pages, behind one
 narrow protocol (:class:`Allocator`)."""
 
 from .base import Allocator, AppendResult, KVCopy, SlotUsage, SwappedGroup
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .paged import PagedAllocator
+from .prefix_cache import PrefixCachingAllocator
 from .vattention import VAttentionAllocator
 
 __all__ = [
@@ -14,6 +16,7 @@ __all__ = [
     "ContiguousAllocator",
     "KVCopy",
     "PagedAllocator",
+    "PrefixCachingAllocator",
     "SlotUsage",
     "SwappedGroup",
     "VAttentionAllocator",

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # the workload module does not import allocators
+    from ..workload import Request
 
 SeqId = Hashable
 
@@ -81,6 +84,9 @@ class SlotUsage:
     internal_frag_slots: int  # empty; will never be filled
     physical_blocks: int  # blocks in use (paged); regions in use (contiguous)
     logical_blocks: int  # as if nothing were shared
+    #: Slots of blocks nobody holds whose K/V a prefix cache keeps for reuse (evictable;
+    #: not counted in ``num_free_slots``). 0 for schemes without a prefix cache.
+    cached_slots: int = 0
 
 
 @runtime_checkable
@@ -104,15 +110,31 @@ class Allocator(Protocol):
     #: pool, so a real cache can scrub it.
     on_release: Callable[[int, int], None] | None
 
+    #: Cached blocks evicted so far (a prefix cache reusing them for other content);
+    #: 0 for schemes without a prefix cache.
+    evicted_blocks: int
+
     # ------------------------------------------------------- the scheduler's calls
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0) -> bool:
+                       watermark: float = 0.0, content: Request | None = None) -> bool:
         """Admit a request: every id in ``seq_ids`` gets room for ``num_tokens`` tokens,
         and room is held for the ids in ``fork_ids`` that will be forked from
         ``seq_ids[0]`` later (schemes that share a fork need none). ``watermark`` is the
         fraction of the pool the scheme keeps free at admission, where it applies one.
+        ``content``: the request whose tokens these are; a prefix cache serves the longest
+        cached prefix of each sequence from it (see :meth:`prefix_hit_tokens`) and keys the
+        new full blocks on it; other schemes ignore it.
         All or nothing: returns False and changes nothing when it does not fit."""
+
+    def lookup_prefix(self, content: Request, num_tokens: int, seq_id: SeqId) -> int:
+        """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``content`` that the
+        prefix cache holds now (whole blocks, at most ``num_tokens - 1``: the last token is
+        always computed). Changes nothing. 0 for schemes without a prefix cache."""
+
+    def prefix_hit_tokens(self, seq_id: SeqId) -> int:
+        """Tokens of ``seq_id`` whose K/V came from the prefix cache when it was last
+        admitted: its prefill computes only the tokens after them. 0 without a cache."""
 
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         """Whether one ``append_slot`` for each of ``seq_ids`` (in order) would all succeed."""

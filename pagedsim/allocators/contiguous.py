@@ -81,6 +81,7 @@ class ContiguousAllocator:
         # forking them later cannot fail; ``fork`` fills them.
         self._held: set[SeqId] = set()
         self._swap_token = object()  # marks the groups this allocator swapped out
+        self.evicted_blocks = 0  # no prefix cache: nothing is ever evicted
         #: Called as ``on_release(start_slot, num_slots)`` for every region given back,
         #: so a real cache can scrub it (see ``pagedsim.kernels.executor``).
         self.on_release: Callable[[int, int], None] | None = None
@@ -194,9 +195,17 @@ class ContiguousAllocator:
         return all(self.can_append(s) for s in seq_ids)
 
     # -------------------------------------------------------------- mutations
+    def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
+        """0: no prefix cache."""
+        return 0
+
+    def prefix_hit_tokens(self, seq_id: SeqId) -> int:
+        """0: no prefix cache."""
+        return 0
+
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0) -> bool:
+                       watermark: float = 0.0, content: object = None) -> bool:
         """A region for each of ``seq_ids`` (``num_tokens`` tokens placed), and an empty
         region of the same size held for each of ``fork_ids``: a contiguous fork needs a
         region of its own, and holding it from admission means the fork cannot fail.

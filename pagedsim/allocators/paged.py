@@ -56,6 +56,7 @@ class PagedAllocator:
         #: the free list, so a real cache can scrub it (see ``pagedsim.kernels.executor``).
         self.on_release: Callable[[int, int], None] | None = None
         self._swap_token = object()  # marks the groups this allocator swapped out
+        self.evicted_blocks = 0  # no prefix cache: nothing is ever evicted
 
     # ----------------------------------------------------------------- queries
     @property
@@ -195,10 +196,18 @@ class PagedAllocator:
             raise ValueError(f"watermark must be in [0, 1), got {watermark!r}")
         return int(watermark * self.num_blocks)
 
+    def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
+        """0: no prefix cache (see ``PrefixCachingAllocator``)."""
+        return 0
+
+    def prefix_hit_tokens(self, seq_id: SeqId) -> int:
+        """0: no prefix cache."""
+        return 0
+
     # -------------------------------------------------------------- mutations
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0) -> bool:
+                       watermark: float = 0.0, content: object = None) -> bool:
         """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), keeping
         ``watermark`` of the blocks free; False (nothing changed) when they do not fit.
         Forked children need no room held: they share their parent's blocks."""

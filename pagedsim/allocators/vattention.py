@@ -30,7 +30,7 @@ from ..accounting import final_tokens, split_slots
 from ..errors import OutOfMemoryError
 from ..specs import ModelSpec
 from ..validate import check_int
-from .base import KVCopy, SeqId, SlotUsage, SwappedGroup
+from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
 from .paged import PagedAllocator
 
 #: Page sizes by scheme-name suffix: 2 MiB (the GPU's large page, vAttention's default)
@@ -103,7 +103,7 @@ class VAttentionAllocator(PagedAllocator):
 
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0) -> bool:
+                       watermark: float = 0.0, content: object = None) -> bool:
         """Regions and pages for ``seq_ids``, plus regions and the prompt's pages held for
         each of ``fork_ids`` (a fork copies, so its room must exist); all or nothing."""
         self._check_new_ids([*seq_ids, *fork_ids])
@@ -168,6 +168,19 @@ class VAttentionAllocator(PagedAllocator):
         if not super().can_extend(seq_id, num_tokens):
             return False
         return self._get(seq_id).num_tokens + num_tokens <= self.max_model_len
+
+    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
+        seq_ids = list(seq_ids)
+        if any(self._get(s).num_tokens >= self.max_model_len for s in seq_ids):
+            return False
+        return super().can_append_all(seq_ids)
+
+    def append_slot(self, seq_id: SeqId) -> AppendResult:
+        """Room for one more token, within the request's virtual region."""
+        if self._get(seq_id).num_tokens >= self.max_model_len:
+            raise OutOfMemoryError(f"sequence {seq_id!r} fills its virtual region of "
+                                   f"max_model_len ({self.max_model_len}) tokens")
+        return super().append_slot(seq_id)
 
     # --------------------------------------------------------------- swapping
     def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:

@@ -329,7 +329,7 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
                    help="per-step CSV: keep every k-th step so at most N rows per scheme "
                         "remain (0 = every step; default 1000)")
     p.add_argument("--json", action="store_true",
-                   help="print one JSON list of rows (scheme, the five shares as fractions "
+                   help="print one JSON list of rows (scheme, the six shares as fractions "
                         "summing to 1, mean_batch_size, throughput_tokens_per_s, "
                         "preemptions, ...) instead of the table")
     p.set_defaults(run=with_dask(run_compare))

@@ -276,7 +276,7 @@ def compare(exp: Experiment, schemes: Sequence[str] = DEFAULT_SCHEMES,
 
 
 def shares_frame(summary: pd.DataFrame, part: str = "saturated") -> pd.DataFrame:
-    """Per scheme the five shares of the chosen ``part`` as plain category columns, plus
+    """Per scheme the six shares of the chosen ``part`` as plain category columns, plus
     ``part``: the part actually used. ``"saturated"`` falls back to ``"all"`` for a scheme
     that never had requests waiting (its saturated shares are NaN)."""
     check_choice("part", part, PARTS)
@@ -295,7 +295,7 @@ def json_rows(cmp: Comparison) -> list[dict[str, Any]]:
     extra = ("part", "saturated_time_fraction", "sat_mean_batch_size", "requests_per_s",
              "p50_normalized_latency_s", "p90_normalized_latency_s", "sharing_saving",
              "swaps", "cow_copies", "num_steps", "makespan_s", "capacity_slots",
-             "preempted_requests")
+             "preempted_requests", "prefix_queries", "prefix_hits")
     rows = []
     for rec in df.to_dict("records"):
         rows.append({k: _plain(rec[k]) for k in (*JSON_KEYS, *extra)})

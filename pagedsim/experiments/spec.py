@@ -45,7 +45,9 @@ WORKLOAD_NAMES = ("sharegpt", "alpaca", *SHARING_WORKLOAD_NAMES)
 PARTS = ("saturated", "all")
 #: Keys of one ``--json`` row of ``pagedsim compare`` (more may follow them).
 JSON_KEYS = ("scheme", *CATEGORIES, "mean_batch_size", "throughput_tokens_per_s",
-             "preemptions", "rejected", "first_rejection")
+             "preemptions", "rejected", "first_rejection", "prefix_hit_rate",
+             "prefix_hit_rate_last_1000", "prefill_tokens_computed", "prefill_tokens_cached",
+             "evictions")
 
 
 @dataclass(frozen=True, slots=True)

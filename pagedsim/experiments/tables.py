@@ -72,6 +72,10 @@ def figure13_workload(exp: Experiment) -> str | None:
     return exp.workload if not figure2_mismatches(as_sharegpt) else None
 
 
+_HEADER = {"token": "token%", "reserved": "reserved%", "internal_frag": "internal%",
+           "cached": "cached%", "external_frag": "external%", "free": "free%"}
+
+
 def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
     """The plain-text table ``pagedsim compare`` prints: ours, then the paper's where the
     setting is the paper's (:func:`figure2_mismatches`, :func:`figure13_workload`).
@@ -87,8 +91,9 @@ def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
     mismatches = figure2_mismatches(exp)
     fig2 = not mismatches
     workload = figure13_workload(exp)
-    headers = ["scheme", "token%", "reserved%", "internal%", "external%", "free%", "batch",
-               "tokens/s", "preempt"]
+    # The cached share only where a prefix cache ran (it is 0 for every other scheme).
+    cats = [c for c in CATEGORIES if c != "cached" or (df["cached"].fillna(0) > 0).any()]
+    headers = ["scheme", *(_HEADER[c] for c in cats), "batch", "tokens/s", "preempt"]
     if fig2 or workload:
         headers += ["| paper:"]
     if fig2:
@@ -99,13 +104,14 @@ def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
     for rec in df.to_dict("records"):
         s = rec["scheme"]
         mark = "" if rec["part"] == cmp.part else " *"
-        row = [s + mark, *(_pct(rec[c]) for c in CATEGORIES),
+        row = [s + mark, *(_pct(rec[c]) for c in cats),
                _fmt(rec["mean_batch_size"], ".2f"),
                _fmt(rec["throughput_tokens_per_s"], ",.0f"), rec["preemptions"]]
         if fig2 or workload:
             row.append("|")
         if fig2:
-            row += [_pct(figure2_share(s, c)) for c in CATEGORIES[:4]]
+            row += [_pct(figure2_share(s, c))
+                    for c in ("token", "reserved", "internal_frag", "external_frag")]
         if workload:
             row.append(_fmt(figure13_batch(s, workload), ".2f"))
         rows.append(row)

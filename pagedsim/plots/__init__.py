@@ -2,7 +2,7 @@
 
 Importing this package does not import matplotlib; each drawing function does, when
 called. Every drawing function takes an optional ``ax`` and returns the axes it drew
-on (``Recorder.strip`` returns a figure). One palette (:mod:`.palette`) colours the five
+on (``Recorder.strip`` returns a figure). One palette (:mod:`.palette`) colours the six
 slot categories in every figure.
 """
 

@@ -143,7 +143,8 @@ def block_map(
         ax.figure.subplots_adjust(left=0.02, right=0.02 + grid_w / NOTEBOOK_WIDTH_IN,
                                   top=1 - 0.45 / fig_h, bottom=1.2 / fig_h)
 
-    rects: dict[str, list] = {c: [] for c in ("token", "reserved", "internal_frag", "free")}
+    rects: dict[str, list] = {c: [] for c in ("token", "reserved", "internal_frag", "cached",
+                                              "free")}
     faces: dict[str, list] = {c: [] for c in rects}
     outlines, outline_colors, shared_cells = [], [], []
     label_blocks = detail and ncols <= 16
@@ -154,8 +155,9 @@ def block_map(
     for blk in blocks:
         x0, y0 = (blk.block % ncols) * (bc + gx), (blk.block // ncols) * (br + gy)
         if blk.is_free:
-            rects["free"].append((x0, y0, bc, br))
-            faces["free"].append(CATEGORY_COLORS["free"])
+            cat = "cached" if blk.cached else "free"
+            rects[cat].append((x0, y0, bc, br))
+            faces[cat].append(CATEGORY_COLORS[cat])
             if label_blocks:
                 _block_id(ax, blk.block, x0, y0, bc, br, gy)
             continue

@@ -43,9 +43,11 @@ class BlockState:
     token: int  # filled slots (offsets 0 .. token-1)
     reserved: int  # next offsets, which an owner will still fill
     internal_frag: int  # the remaining offsets, never to be filled
+    cached: bool = False  # nobody's, but a prefix cache keeps its K/V for reuse
 
     @property
     def is_free(self) -> bool:
+        """No sequence holds it (free, or cached)."""
         return not self.owners
 
 
@@ -66,6 +68,7 @@ def paged_blocks(snap: Mapping) -> list[BlockState]:
             old = fills.get(b)
             if old is None or future > old[1]:
                 fills[b] = (fill, future)
+    cached = set(snap.get("cached_blocks", ()))
     out = []
     for b in range(snap["num_blocks"]):
         if b in owners:
@@ -73,7 +76,7 @@ def paged_blocks(snap: Mapping) -> list[BlockState]:
         else:
             token = reserved = internal = 0
         out.append(BlockState(b, snap["ref_counts"][b], tuple(owners.get(b, ())),
-                              token, reserved, internal))
+                              token, reserved, internal, b in cached))
     return out
 
 
@@ -117,13 +120,13 @@ def capacity_slots(snap: Mapping) -> int:
 
 
 def category_counts(snap: Mapping, next_need_slots: int | None = None) -> dict[str, int]:
-    """The five categories (slots) of a snapshot; equals :func:`pagedsim.account`."""
+    """The six categories (slots) of a snapshot; equals :func:`pagedsim.account`."""
     counts = dict.fromkeys(CATEGORIES, 0)
     if snap["view"] == "blocks":
         bs = snap["block_size"]
         for blk in paged_blocks(snap):
             if blk.is_free:
-                counts["free"] += bs
+                counts["cached" if blk.cached else "free"] += bs
             else:
                 counts["token"] += blk.token
                 counts["reserved"] += blk.reserved

@@ -1,4 +1,4 @@
-"""One palette for every figure: the five slot categories, sequences, and axis labels.
+"""One palette for every figure: the six slot categories, sequences, and axis labels.
 
 Plain data only (hex strings), so importing it never imports matplotlib.
 
@@ -19,6 +19,7 @@ CATEGORY_COLORS: dict[str, str] = {
     "token": "#0072B2",  # strong blue: K/V of tokens that exist now
     "reserved": "#56B4E9",  # sky blue: will hold tokens (a lighter cousin of token)
     "internal_frag": "#D55E00",  # vermillion: owned, never filled
+    "cached": "#009E73",  # bluish green: nobody's, K/V kept for reuse (evictable)
     "external_frag": "#E69F00",  # orange: free, but in holes too small to use
     "free": "#E6E6E6",  # light grey
 }
@@ -28,6 +29,7 @@ CATEGORY_HATCHES: dict[str, str] = {
     "token": "",
     "reserved": "",
     "internal_frag": "////",
+    "cached": "..",
     "external_frag": "xx",
     "free": "",
 }
@@ -37,6 +39,7 @@ CATEGORY_SHORT: dict[str, str] = {
     "token": "token",
     "reserved": "reserved",
     "internal_frag": "internal frag",
+    "cached": "cached",
     "external_frag": "external frag",
     "free": "free",
 }
@@ -46,6 +49,7 @@ CATEGORY_LABELS: dict[str, str] = {
     "token": "token slots",
     "reserved": "reserved slots",
     "internal_frag": "internal-fragmentation slots",
+    "cached": "cached slots (evictable)",
     "external_frag": "external-fragmentation slots",
     "free": "free slots",
 }

@@ -35,7 +35,7 @@ def share_bars(
     paper_label: str = "paper",
     title: str | None = "Where the KV pool goes",
 ) -> Axes:
-    """Stacked bars of the five shares (fractions of capacity, summing to 1) per scheme.
+    """Stacked bars of the six shares (fractions of capacity, summing to 1) per scheme.
 
     ``summary_df`` has one row per scheme: ``scheme_col`` plus one column per category
     of :data:`pagedsim.CATEGORIES`, named ``prefix + category``: the engine's summary

@@ -1,4 +1,4 @@
-"""Memory over time: the five slot categories as a stacked area, step by step, and the
+"""Memory over time: the six slot categories as a stacked area, step by step, and the
 request queue (running and waiting requests) in panels of their own underneath."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def memory_timeline(
 ) -> Axes:
     """Stacked area of token / reserved / internal / external / free slots per step.
 
-    ``steps_df`` is the engine's per-step frame (columns ``x``, the five categories in
+    ``steps_df`` is the engine's per-step frame (columns ``x``, the six categories in
     slots and ``capacity``; ``running`` and ``waiting`` requests for ``queue``).
     ``fractions`` plots percent of capacity instead of slots. ``queue`` adds two panels
     under the pool, sharing its x axis, each with its own y axis in requests: the
@@ -54,6 +54,8 @@ def memory_timeline(
     each of :data:`QUEUE_BINS` equal spans of ``x``, weighted by ``step_time_s`` where the
     frame has it; the panel says so. Returns the pool's axes.
     """
+    if "cached" not in steps_df.columns:  # a frame from before prefix caching: none cached
+        steps_df = steps_df.assign(cached=0)
     need = [x, *CATEGORIES, "capacity"] + [c for c, *_ in QUEUE_PANELS if queue]
     missing = [c for c in need if c not in steps_df.columns]
     if missing:

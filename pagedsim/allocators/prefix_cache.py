@@ -1,0 +1,444 @@
+"""Automatic prefix caching, as vLLM v1 does it: paged blocks that outlive their requests.
+
+A full block is named by its *chained hash*: the hash of its parent block's hash and its
+own tokens (:func:`pagedsim.prompts.block_key`), so two blocks with equal hashes hold equal
+prefixes. When a request frees its blocks, the full ones keep their K/V and their hash:
+they are *cached*. A later request whose prompt starts with the same blocks finds them
+through the hash map and shares them (reference count + 1) instead of computing them.
+
+The pieces, named as in vLLM (``vllm/v1/core/block_pool.py``, ``kv_cache_manager.py``):
+
+* ``_free``, the *free queue*: every block with reference count 0, never-used and
+  cached alike, least recently freed first; an ``OrderedDict`` gives O(1) remove (a hit
+  takes a cached block out of the middle) and append. New blocks come from its head.
+* ``_cached``: hash -> the blocks holding that content (v1 keeps duplicates: two
+  requests that computed the same block before either finished; ``dedup=True`` makes a
+  block that fills with content already cached switch to the cached copy instead, as
+  vLLM v0 and SGLang do).
+* Lookup (:meth:`lookup_prefix`) walks the prompt's hash chain while the map has it:
+  whole blocks only, and at most ``num_tokens - 1`` tokens, since the last prompt token
+  must be computed to sample the first output token.
+* Admission (:meth:`allocate_group`) is all or nothing: it counts the hits, the new
+  blocks, and the hit blocks that must leave the free queue, before touching anything.
+* Blocks filled during decode get their hash too, so a preempted request that is
+  recomputed, or the next turn of a chat, finds them.
+* :meth:`free` returns a sequence's blocks *tail first*, so the tail of a chain sits
+  nearer the head of the free queue and is evicted before the chain's head (evicting a
+  head first would strand its tail: no lookup could reach it).
+* Eviction is lazy: a cached block is dropped from the map only when the free queue
+  hands it out for new content; ``on_release`` reports it then (not when it was freed,
+  since its K/V is still wanted until that moment).
+
+Accounting: blocks in the free queue with a hash are the ``cached`` category (free to take,
+but holding reusable K/V); the others are ``free``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from ..errors import OutOfMemoryError
+from ..prompts import block_key, chain_hash
+from ..validate import check_int
+from ..workload import Request
+from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
+from .paged import PagedAllocator, _Seq
+
+#: How many requests' hash chains are remembered (hashes are computed once per request and
+#: sequence, as vLLM computes a request's block hashes once when it arrives).
+HASH_MEMO_ENTRIES = 4096
+
+
+class _CSeq(_Seq):
+    """A sequence with what names its blocks: its request, branch and full blocks' hashes."""
+
+    __slots__ = ("content", "branch", "hashes", "hit_tokens")
+
+    def __init__(self, table: list[int], num_tokens: int, final_len: int | None,
+                 content: Request | None, branch: int, hashes: list[int],
+                 hit_tokens: int = 0) -> None:
+        super().__init__(table, num_tokens, final_len)
+        self.content = content  # None: content unknown, so its blocks are never cached
+        self.branch = branch
+        self.hashes = hashes  # hashes of its full blocks, in order (with content only)
+        self.hit_tokens = hit_tokens
+
+
+def _branch(seq_id: SeqId) -> int:
+    """The branch of a sequence's generated tokens (its id, as an int for hashing)."""
+    return seq_id if type(seq_id) is int else hash(seq_id)
+
+
+class PrefixCachingAllocator(PagedAllocator):
+    """A paged pool whose freed full blocks stay reusable until their memory is needed."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16, dedup: bool = False) -> None:
+        super().__init__(num_blocks, block_size)
+        if not isinstance(dedup, bool):
+            raise ValueError(f"dedup must be True or False, got {dedup!r}")
+        self.dedup = dedup
+        # The free queue, least recently freed first (block 0 first at the start).
+        self._free = OrderedDict.fromkeys(range(self.num_blocks))  # type: ignore[assignment]
+        self._hash: list[int | None] = [None] * self.num_blocks  # block -> its hash
+        self._cached: dict[int, dict[int, None]] = {}  # hash -> blocks with that content
+        self._num_cached_free = 0  # blocks in the free queue that hold a hash
+        self._memo: OrderedDict[tuple[int, int], tuple[Request, list[int]]] = OrderedDict()
+        self.evicted_blocks = 0
+
+    # ------------------------------------------------------------ hash chains
+    def _chain(self, content: Request, branch: int, num_blocks: int) -> list[int]:
+        """The first ``num_blocks`` chained hashes of one sequence (memoized per request)."""
+        key = (content.request_id, branch)
+        memo = self._memo
+        entry = memo.get(key)
+        if entry is None or entry[0] is not content:  # same id, other request: start over
+            entry = memo[key] = (content, [])
+            if len(memo) > HASH_MEMO_ENTRIES:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
+        hashes = entry[1]
+        bs = self.block_size
+        while len(hashes) < num_blocks:
+            parent = hashes[-1] if hashes else 0
+            hashes.append(chain_hash(parent, block_key(content, bs, len(hashes), branch)))
+        return hashes if len(hashes) == num_blocks else hashes[:num_blocks]
+
+    def _hits(self, hashes: list[int], most_blocks: int) -> list[int]:
+        """The cached blocks of the longest prefix of ``hashes`` (at most ``most_blocks``)."""
+        cached = self._cached
+        out = []
+        for h in hashes[:most_blocks]:
+            blocks = cached.get(h)
+            if not blocks:
+                break
+            out.append(next(iter(blocks)))
+        return out
+
+    def lookup_prefix(self, content: Request, num_tokens: int, seq_id: SeqId) -> int:
+        """Tokens of a new ``num_tokens``-token sequence that the cache holds now (whole
+        blocks, at most ``num_tokens - 1``). Changes nothing but the hash memo."""
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+        most = max(num_tokens - 1, 0) // self.block_size
+        if not most or not self._cached:
+            return 0
+        return len(self._hits(self._chain(content, _branch(seq_id), most), most)) \
+            * self.block_size
+
+    def prefix_hit_tokens(self, seq_id: SeqId) -> int:
+        seq = self._get(seq_id)
+        return seq.hit_tokens if isinstance(seq, _CSeq) else 0
+
+    # -------------------------------------------------------- the free queue
+    def _take(self) -> int:
+        """The block at the head of the free queue; a cached one is evicted now."""
+        b, _ = self._free.popitem(last=False)
+        h = self._hash[b]
+        if h is not None:
+            self._drop_hash(b, h)
+            self._num_cached_free -= 1
+            self.evicted_blocks += 1
+            if self.on_release is not None:
+                self.on_release(b * self.block_size, self.block_size)
+        return b
+
+    def _drop_hash(self, b: int, h: int) -> None:
+        blocks = self._cached[h]
+        del blocks[b]
+        if not blocks:
+            del self._cached[h]
+        self._hash[b] = None
+
+    def _touch(self, b: int) -> None:
+        """One more reference to block ``b`` (a hit, or a fork); it leaves the free queue."""
+        r = self._ref[b]
+        if r == 0:
+            del self._free[b]
+            if self._hash[b] is not None:
+                self._num_cached_free -= 1
+        elif r == 1:
+            self._num_shared_blocks += 1
+        self._ref[b] = r + 1
+
+    def _filled(self, seq: _CSeq, index: int, h: int | None = None,
+                dedup: bool = False) -> int:
+        """Block ``index`` of ``seq`` is full: name it by its hash ``h`` (computed when not
+        given). With ``dedup``, a private block whose content is cached already is given
+        back and the cached copy used instead; returns the block the table now holds."""
+        hashes = seq.hashes
+        if h is None:
+            parent = hashes[-1] if hashes else 0
+            h = chain_hash(parent, block_key(seq.content, self.block_size, index, seq.branch))
+        hashes.append(h)
+        b = seq.table[index]
+        if self._hash[b] is not None:  # a hit, or shared with a sibling: named already
+            return b
+        blocks = self._cached.get(h)
+        if blocks and dedup and self._ref[b] == 1:
+            other = next(iter(blocks))
+            self._touch(other)
+            seq.table[index] = other
+            self._ref[b] = 0
+            self._free[b] = None
+            if self.on_release is not None:
+                self.on_release(b * self.block_size, self.block_size)
+            return other
+        self._hash[b] = h
+        if blocks is None:
+            self._cached[h] = {b: None}
+        else:
+            blocks[b] = None
+        return b
+
+    # -------------------------------------------------------------- admission
+    def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
+                       final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
+                       watermark: float = 0.0, content: Request | None = None) -> bool:
+        """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), the cached prefix
+        of each served from the cache, keeping ``watermark`` of the blocks free (cached
+        blocks count as free). False, and nothing changed, when they do not fit.
+
+        The sequences of one admission (a recomputed group) share the blocks their
+        common prefix fills, as if each found the earlier one's blocks in the cache.
+        """
+        self._check_new_ids([*seq_ids, *fork_ids])
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+        if final_len is not None:
+            final_len = check_int("final_len", final_len)
+            if final_len < num_tokens:
+                raise ValueError(f"final_len ({final_len}) must be >= num_tokens ({num_tokens})")
+        bs = self.block_size
+        n = -(-num_tokens // bs)
+        plans: list[tuple[list[int], int, list[int]]] = []  # (hit blocks, shared, chain)
+        from_queue = 0  # blocks that leave the free queue: new ones, and hits it holds
+        if content is None:
+            plans = [([], 0, []) for _ in seq_ids]
+            from_queue = n * len(seq_ids)
+        else:
+            most = max(num_tokens - 1, 0) // bs
+            touched: set[int] = set()
+            earlier: set[int] = set()  # hashes of blocks earlier sequences here will fill
+            for seq_id in seq_ids:
+                chain = self._chain(content, _branch(seq_id), num_tokens // bs)
+                hit = self._hits(chain, most)
+                k = len(hit)
+                while k < most and chain[k] in earlier:
+                    k += 1
+                for b in hit:
+                    if self._ref[b] == 0 and b not in touched:
+                        touched.add(b)
+                        from_queue += 1
+                from_queue += n - k
+                earlier.update(chain[len(hit):])
+                plans.append((hit, k, chain))
+        if len(self._free) - from_queue < self.watermark_blocks(watermark):
+            return False
+        for hit, _, _ in plans:  # hits leave the free queue first: no new block evicts them
+            for b in hit:
+                self._touch(b)
+        siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
+        for seq_id, (hit, shared, chain) in zip(seq_ids, plans, strict=True):
+            table = list(hit)
+            for j in range(len(hit), shared):
+                b = siblings[chain[j]]
+                self._touch(b)
+                table.append(b)
+            for _ in range(shared, n):
+                b = self._take()
+                self._ref[b] = 1
+                table.append(b)
+            seq = _CSeq(table, num_tokens, final_len, content, _branch(seq_id), [],
+                        shared * bs)
+            self._seqs[seq_id] = seq
+            self._num_logical_blocks += n
+            for j, h in enumerate(chain):  # name every full block
+                siblings[h] = self._filled(seq, j, h)
+        return True
+
+    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
+                 content: Request | None = None) -> None:
+        """Blocks for one new sequence (its cached prefix from the cache when ``content``
+        is given); ``OutOfMemoryError`` and nothing changed when they do not fit."""
+        if seq_id in self._seqs:
+            raise ValueError(f"sequence id {seq_id!r} already exists")
+        if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
+            raise OutOfMemoryError(
+                f"sequence {seq_id!r} needs {self.blocks_needed(num_tokens)} blocks for "
+                f"{num_tokens} tokens, {len(self._free)} free or cached")
+
+    # --------------------------------------------------------------- growing
+    def append_slot(self, seq_id: SeqId) -> AppendResult:
+        """Room for one new token (copy-on-write of a shared partial last block); a block
+        that becomes full is named by its hash and so becomes reusable."""
+        try:
+            seq = self._seqs[seq_id]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown sequence id {seq_id!r}") from None
+        n = seq.num_tokens
+        bs = self.block_size
+        offset = n % bs
+        copy = None
+        if offset == 0:
+            if not self._free:
+                raise OutOfMemoryError(f"no free block for sequence {seq_id!r}")
+            block = self._take()
+            self._ref[block] = 1
+            seq.table.append(block)
+            self._num_logical_blocks += 1
+            slot = block * bs
+        else:
+            block = seq.table[-1]
+            if self._ref[block] == 1:
+                slot = block * bs + offset
+            else:
+                if not self._free:
+                    raise OutOfMemoryError(
+                        f"no free block for the copy-on-write of sequence {seq_id!r}")
+                new = self._take()
+                self._ref[new] = 1
+                self._ref[block] -= 1
+                if self._ref[block] == 1:
+                    self._num_shared_blocks -= 1
+                seq.table[-1] = new
+                slot = new * bs + offset
+                copy = KVCopy(block * bs, new * bs, offset)
+        seq.num_tokens = n + 1
+        if offset == bs - 1 and seq.content is not None:
+            # dedup only without a copy: a copied-into block must not go back this step
+            kept = self._filled(seq, n // bs, dedup=self.dedup and copy is None)
+            if kept != slot // bs:  # deduplicated: the same token's K/V goes to the copy
+                slot = kept * bs + offset
+        return slot, copy
+
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
+        """``child_id`` shares every block of ``parent_id``; nothing is copied now."""
+        parent = self._get(parent_id)
+        if child_id in self._seqs:
+            raise ValueError(f"sequence id {child_id!r} already exists")
+        for b in parent.table:
+            self._touch(b)
+        self._seqs[child_id] = _CSeq(list(parent.table), parent.num_tokens, parent.final_len,
+                                     parent.content, _branch(child_id), list(parent.hashes))
+        self._num_logical_blocks += len(parent.table)
+        return []
+
+    # --------------------------------------------------------------- release
+    def free(self, seq_id: SeqId) -> None:
+        """Drop the sequence, tail first: blocks no one else holds join the free queue;
+        full ones keep their hash (cached), the others are released at once."""
+        try:
+            seq = self._seqs.pop(seq_id)
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
+            ) from None
+        ref, free, hashes = self._ref, self._free, self._hash
+        hook, bs = self.on_release, self.block_size
+        table = seq.table
+        for i in range(len(table) - 1, -1, -1):
+            b = table[i]
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                free[b] = None
+                if hashes[b] is not None:
+                    self._num_cached_free += 1
+                elif hook is not None:
+                    hook(b * bs, bs)
+            elif r == 1:
+                self._num_shared_blocks -= 1
+        self._num_logical_blocks -= len(table)
+
+    # --------------------------------------------------------------- swapping
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
+        seq_ids = tuple(seq_ids)
+        named = {s: (self._get(s).content, self._get(s).hashes) for s in seq_ids
+                 if isinstance(self._get(s), _CSeq)}
+        group = super().swap_out(seq_ids)
+        group.state["content"] = named
+        return group
+
+    def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
+        """Bring a swapped group back into blocks from the free queue (all or nothing)."""
+        group.check_can_return_to(self._swap_token)
+        n = group.state["num_blocks"]
+        clash = [s for s in group.seq_ids if s in self._seqs]
+        if clash:
+            raise ValueError(f"sequence ids {clash!r} already exist")
+        if n > len(self._free):
+            raise OutOfMemoryError(f"swap-in needs {n} blocks, {len(self._free)} free")
+        new_blocks = [self._take() for _ in range(n)]
+        for b in new_blocks:
+            self._ref[b] = 0
+        named = group.state.get("content", {})
+        for seq_id, table, (num_tokens, final_len) in zip(
+            group.seq_ids, group.state["tables"], group.state["meta"], strict=True
+        ):
+            phys = [new_blocks[i] for i in table]
+            for b in phys:
+                self._ref[b] += 1
+                if self._ref[b] == 2:
+                    self._num_shared_blocks += 1
+            content, hashes = named.get(seq_id, (None, []))
+            seq = _CSeq(phys, num_tokens, final_len, content, _branch(seq_id), [])
+            self._seqs[seq_id] = seq
+            self._num_logical_blocks += len(phys)
+            for j, h in enumerate(hashes):
+                self._filled(seq, j, h)
+        group.swapped_in = True
+        bs = self.block_size
+        return [KVCopy(i * bs, b * bs, bs) for i, b in enumerate(new_blocks)]
+
+    # ------------------------------------------------------------- accounting
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+        """As the paged pool's, plus the cached blocks (``cached_slots``)."""
+        return replace(super().usage(final_lens),
+                       cached_slots=self._num_cached_free * self.block_size)
+
+    @property
+    def num_free_slots(self) -> int:
+        """Slots of never-used or released blocks (cached blocks are not counted)."""
+        return (len(self._free) - self._num_cached_free) * self.block_size
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks nobody holds that keep reusable K/V."""
+        return self._num_cached_free
+
+    def block_hash(self, block: int) -> int | None:
+        """The hash naming a block's content, or None (not full, or content unknown)."""
+        return self._hash[block]
+
+    def snapshot(self) -> dict:
+        snap = super().snapshot()
+        snap["kind"] = "prefix-cache"
+        snap["free_blocks"] = list(self._free)  # the free queue, head (next taken) first
+        snap["cached_blocks"] = [b for b in self._free if self._hash[b] is not None]
+        snap["block_hashes"] = list(self._hash)
+        return snap
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        hashes = self._hash
+        for h, blocks in self._cached.items():
+            assert blocks, f"hash {h} maps to no block"
+            for b in blocks:
+                assert hashes[b] == h, f"block {b} is in the map under a hash it does not hold"
+        named = sum(len(v) for v in self._cached.values())
+        assert named == sum(h is not None for h in hashes), "a named block is not in the map"
+        assert self._num_cached_free == sum(hashes[b] is not None for b in self._free)
+        for seq_id, seq in self._seqs.items():
+            if not isinstance(seq, _CSeq) or seq.content is None:
+                continue
+            full = seq.num_tokens // self.block_size
+            assert len(seq.hashes) == full, (
+                f"sequence {seq_id!r}: {len(seq.hashes)} hashes for {full} full blocks")
+            for j in range(full):
+                b = seq.table[j]
+                assert hashes[b] == seq.hashes[j], (
+                    f"sequence {seq_id!r}: full block {j} (block {b}) is named "
+                    f"{hashes[b]}, not {seq.hashes[j]}")
