@@ -54,7 +54,7 @@ def reserve_slots(num_tokens: int, final_len: int, policy: str, max_model_len: i
     if not 0 <= num_tokens <= final_len <= max_model_len:
         raise ValueError(f"need 0 <= num_tokens ({num_tokens}) <= final_len ({final_len}) "
                          f"<= max_model_len ({max_model_len})")
-    # BEGIN SOLUTION lab 2.1: max_model_len, prompt + next_pow2(output) capped, or final_len
+    # BEGIN SOLUTION lab 2.1: max_model_len, prompt + next_pow2(output) or final_len
     if policy == "max":
         want = max_model_len
     elif policy == "pow2":
@@ -113,7 +113,7 @@ class Arena:
         Best-fit: the smallest hole that is big enough; among equal sizes, the lowest
         address.
         """
-        # BEGIN SOLUTION lab 2.2: first-fit returns the first hole that fits; best-fit the smallest
+        # BEGIN SOLUTION lab 2.2: first-fit: first hole that fits; best-fit: smallest
         best = -1
         for i, (_, hole) in enumerate(self.holes):
             if hole < size:
@@ -151,7 +151,7 @@ class Arena:
         when no region starts there."""
         if start not in self.used:
             raise ValueError(f"no region starts at slot {start!r}")
-        # BEGIN SOLUTION lab 2.3: find where the hole goes (bisect), merge right, then left
+        # BEGIN SOLUTION lab 2.3: bisect for the place, merge right, then left
         size = self.used.pop(start)
         i = bisect_left(self.holes, (start, 0))  # first hole after the region
         if i < len(self.holes) and start + size == self.holes[i][0]:
@@ -204,7 +204,7 @@ class ContiguousLab:
     def allocate(self, seq_id: Hashable, num_tokens: int, final_len: int) -> None:
         """Reserve and place a region for a new sequence whose ``num_tokens``-token prompt
         is written into its first slots; ``final_len`` is its true final length."""
-        # BEGIN SOLUTION lab 2.4: check the id, reserve, place (None: OutOfMemoryError), record
+        # BEGIN SOLUTION lab 2.4: check the id, reserve, place (None: no room), record
         if seq_id in self.regions:
             raise ValueError(f"sequence id {seq_id!r} already exists")
         size = reserve_slots(num_tokens, final_len, self.reservation, self.max_model_len)
@@ -257,13 +257,19 @@ class ContiguousLab:
 # ------------------------------------------------------------------- 2.5 accounting
 @dataclass(frozen=True, slots=True)
 class Account:
-    """Where the pool's slots are; the five parts sum to the pool's capacity."""
+    """Where the pool's slots are; the five parts must sum to ``capacity`` (all in slots)."""
 
     token: int  # hold a live token's K/V
     reserved: int  # allocated, empty, the owner will still fill them
     internal_frag: int  # allocated, empty, never to be filled
     external_frag: int  # free, in holes too small for the next waiting request
     free: int  # the rest of the free slots
+    capacity: int  # the pool's slots
+
+    def __post_init__(self) -> None:
+        parts = (self.token, self.reserved, self.internal_frag, self.external_frag, self.free)
+        if min(parts) < 0 or sum(parts) != self.capacity:  # a bug in the split, or the input
+            raise AssertionError(f"the five parts {parts} do not split {self.capacity} slots")
 
 
 def account(capacity_slots: int, regions: Iterable[Region],
@@ -272,13 +278,13 @@ def account(capacity_slots: int, regions: Iterable[Region],
 
     ``regions`` are the allocated regions; ``holes`` the free ``(start, size)`` holes;
     ``next_need_slots`` is the size of the region the next waiting request needs, or None
-    when nobody waits. A region of ``size`` slots holding ``num_tokens`` tokens, which its
-    sequence will fill up to ``final_len`` tokens, has ``num_tokens`` token slots, then
-    reserved slots up to its final length (never past the region's end), and the rest is
-    internal fragmentation. A free hole smaller than ``next_need_slots`` is external
+    when nobody waits (all in slots). A region of ``size`` slots holding ``num_tokens``
+    tokens, which its sequence will fill up to ``final_len`` tokens, has ``num_tokens`` token
+    slots, then reserved slots up to its final length (never past the region's end), and
+    the rest is internal fragmentation. A free hole smaller than ``next_need_slots`` is external
     fragmentation (none when nobody waits); every other free slot is free.
     """
-    # BEGIN SOLUTION lab 2.5: token, reserved up to min(final_len, size), holes < next need
+    # BEGIN SOLUTION lab 2.5: reserved up to min(final_len, size); holes < next need
     token = reserved = internal = 0
     for r in regions:
         future = min(max(r.final_len, r.num_tokens), r.size)
@@ -291,10 +297,5 @@ def account(capacity_slots: int, regions: Iterable[Region],
             external += size
         else:
             free += size
-    result = Account(token, reserved, internal, external, free)
+    return Account(token, reserved, internal, external, free, capacity_slots)
     # END SOLUTION
-    parts = (result.token, result.reserved, result.internal_frag, result.external_frag,
-             result.free)
-    if sum(parts) != capacity_slots:  # a bug in the regions or holes, or above
-        raise AssertionError(f"the five parts {parts} do not sum to {capacity_slots} slots")
-    return result

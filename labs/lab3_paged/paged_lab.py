@@ -43,7 +43,7 @@ class PagedLab:
         self.block_size = block_size
         self.block_tables: dict[Hashable, list[int]] = {}
         self.seq_lens: dict[Hashable, int] = {}
-        # BEGIN SOLUTION lab 3.1: a stack that hands out block 0 first, then 1, 2, ...
+        # BEGIN SOLUTION lab 3.1: a stack that hands out block 0 first
         self.free_blocks: list[int] = list(range(num_blocks - 1, -1, -1))
         self.ref_counts: list[int] = [0] * num_blocks
         # END SOLUTION
@@ -56,7 +56,7 @@ class PagedLab:
     def take_block(self) -> int:
         """Take a block off the free list for one owner (its ref count becomes 1).
         ``OutOfMemoryError`` when the free list is empty."""
-        # BEGIN SOLUTION lab 3.1: pop the free list; the block now has one reference
+        # BEGIN SOLUTION lab 3.1: pop the free list; its ref count becomes 1
         if not self.free_blocks:
             raise OutOfMemoryError("no free block")
         block = self.free_blocks.pop()
@@ -75,7 +75,7 @@ class PagedLab:
         """Blocks for a new sequence whose prompt has ``num_tokens`` (>= 0) tokens, taken
         with :meth:`take_block` in order, so that its block table lists them as taken.
         All or nothing: check that they fit before taking any."""
-        # BEGIN SOLUTION lab 3.2: check id and length, check room, then take the blocks
+        # BEGIN SOLUTION lab 3.2: check id, length and room, then take the blocks
         if seq_id in self.block_tables:
             raise ValueError(f"sequence id {seq_id!r} already exists")
         if type(num_tokens) is not int or num_tokens < 0:
@@ -92,7 +92,7 @@ class PagedLab:
     def slot_mapping(self, seq_id: Hashable) -> list[int]:
         """The physical slot of each of the sequence's tokens, in token order (what the
         cache-write kernel and the attention kernel are given)."""
-        # BEGIN SOLUTION lab 3.3: block_table[i // block_size] * block_size + i % block_size
+        # BEGIN SOLUTION lab 3.3: table[i // bs] * bs + i % bs for each token i
         table, bs = self._table(seq_id), self.block_size
         return [table[i // bs] * bs + i % bs for i in range(self.seq_lens[seq_id])]
         # END SOLUTION
@@ -101,7 +101,7 @@ class PagedLab:
     def append_slot(self, seq_id: Hashable) -> int:
         """Room for the sequence's next token: the slot to write its K/V into. A new block
         only when the last block is full (or the sequence has none)."""
-        # BEGIN SOLUTION lab 3.4: a new block when len % block_size == 0, then the next slot
+        # BEGIN SOLUTION lab 3.4: a new block when seq_len % block_size == 0
         table, bs = self._table(seq_id), self.block_size
         n = self.seq_lens[seq_id]
         if n % bs == 0:  # the last block is full, or there is none: take a new one
@@ -116,7 +116,7 @@ class PagedLab:
         none goes back on the free list. Walk the block table from its **last** block to
         its first, so that the free list (a stack) hands the same blocks out again in the
         same order."""
-        # BEGIN SOLUTION lab 3.5: decrement each block's ref count, free it at 0, last first
+        # BEGIN SOLUTION lab 3.5: one reference less per block; free at 0; last first
         table = self._table(seq_id)
         del self.block_tables[seq_id], self.seq_lens[seq_id]
         for block in reversed(table):
@@ -138,7 +138,7 @@ class PagedLab:
     def can_append_all(self, seq_ids: list[Hashable]) -> bool:
         """Whether one :meth:`append_slot` for each of ``seq_ids`` would all succeed (the
         scheduler asks before a decode step, and preempts someone when the answer is no)."""
-        # BEGIN SOLUTION lab 3.6: one new block for each sequence whose last block is full
+        # BEGIN SOLUTION lab 3.6: a new block for each sequence with a full last block
         need = sum(1 for s in seq_ids if self.seq_lens[s] % self.block_size == 0)
         return need <= len(self.free_blocks)
         # END SOLUTION

@@ -147,7 +147,7 @@ class CowLab:
         of the parent's block table, and one more reference on each of its blocks. No
         block is taken and no K/V moves. ``ValueError`` (nothing changed) for an unknown
         parent or a child id that exists."""
-        # BEGIN SOLUTION lab 4.1: check both ids, copy the table and the length, add references
+        # BEGIN SOLUTION lab 4.1: check both ids, copy table and length, add references
         table = self._table(parent_id)
         if child_id in self.block_tables:
             raise ValueError(f"sequence id {child_id!r} already exists")
