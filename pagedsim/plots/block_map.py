@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._mpl import NOTEBOOK_WIDTH_IN, axes_or_new, below, legend_patch, rect_collection
 from .layout import as_snapshot, category_counts, paged_blocks
-from .palette import CATEGORY_COLORS, SEQ_COLORS, SHARED_COLOR, mix, seq_colors
+from .palette import CATEGORY_COLORS, CATEGORY_HATCHES, SEQ_COLORS, SHARED_COLOR, mix, seq_colors
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -204,6 +204,10 @@ def block_map(
         if rects[cat]:
             ax.add_collection(rect_collection(rects[cat], prefix + cat, faces[cat],
                                               edgecolor=edge if cat != "free" else "#c8c8c8"))
+    if rects["cached"]:  # nobody's, K/V kept for a later prefix hit (evictable)
+        ax.add_collection(rect_collection(rects["cached"], prefix + "cached", faces["cached"],
+                                          edgecolor="#c8c8c8",
+                                          hatch=CATEGORY_HATCHES["cached"]))
     if rects["internal_frag"]:
         ax.add_collection(rect_collection(
             rects["internal_frag"], prefix + "internal_frag", faces["internal_frag"],
@@ -275,6 +279,10 @@ def block_map_key(counts: dict[str, int] | None = None, block_size: int = 1,
                      "////", CATEGORY_COLORS["internal_frag"]),
         legend_patch(f"free block{free}", CATEGORY_COLORS["free"]),
     ]
+    if c.get("cached"):  # a prefix cache's blocks that keep reusable K/V
+        handles.append(legend_patch(
+            f"cached (K/V kept, evictable): {c['cached'] // block_size} blocks",
+            CATEGORY_COLORS["cached"], CATEGORY_HATCHES["cached"]))
     if num_shared is None or num_shared:
         shared = f": {num_shared} blocks" if num_shared else ""
         handles.append(legend_patch(f"shared block (×ref count: its owners){shared}",
@@ -316,7 +324,12 @@ def _draw_tables(ax: Axes, snap: dict, color_of: Mapping[Hashable, str]) -> None
         line(n, f"… and {len(seqs) - len(shown)} more sequences", color="#555555")
         n += 1
     free = snap["free_blocks"]
-    nxt = ", ".join(str(b) for b in free[::-1][:4])  # the free list is a stack: pops from the end
     more = ", …" if len(free) > 4 else ""
+    if "cached_blocks" in snap:  # a prefix cache's free queue: taken from its head
+        nxt = ", ".join(str(b) for b in free[:4])
+        line(n, f"free queue: {len(free)} blocks, {len(snap['cached_blocks'])} cached"
+                + (f" (next: {nxt}{more})" if free else ""), color="#555555")
+        return
+    nxt = ", ".join(str(b) for b in free[::-1][:4])  # the free list is a stack: pops from the end
     line(n, f"free list: {len(free)} blocks" + (f" (next: {nxt}{more})" if free else ""),
          color="#555555")
