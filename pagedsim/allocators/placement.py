@@ -97,7 +97,7 @@ class Arena:
 
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (1 for n <= 1)."""
-    return 1 << max(0, (n - 1).bit_length())
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
 class BuddyArena:
