@@ -42,10 +42,27 @@ from pagedsim.labs import (
 )
 from pagedsim.labs.autograder import KNOWN_REQUIREMENTS, lab_requirements
 from pagedsim.labs.index import between, index_table
-from pagedsim.labs.release import stripped_files
+from pagedsim.labs.meta import lab_folders, load_lab
+from pagedsim.labs.release import release_lab, stripped_files
 
 ROOT = Path(__file__).resolve().parents[1]
-LABS = list_labs(ROOT / "labs") if (ROOT / "labs").is_dir() else []
+
+
+def _load_each() -> tuple[list, dict[str, str]]:
+    """The labs that load, and folder -> error for those that do not (each fails its own
+    test below instead of stopping the collection of every lab's)."""
+    labs, broken = [], {}
+    for folder in (lab_folders(ROOT / "labs") if (ROOT / "labs").is_dir() else []):
+        try:
+            lab = load_lab(folder)
+            load_mutants(lab)
+            labs.append(lab)
+        except LabError as exc:
+            broken[folder.name] = str(exc)
+    return labs, broken
+
+
+LABS, BROKEN = _load_each()
 LAB_IDS = [f"lab{lab.id}" for lab in LABS]
 MUTANTS = [(lab, m) for lab in LABS for m in load_mutants(lab)]
 #: At most this many grader subprocesses at once (the suite's machine has 2 cores).
@@ -58,13 +75,16 @@ JOBS = 2
 
 @pytest.fixture(scope="session")
 def released(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every lab that loads, released (one by one, so a broken lab fails only its own
+    tests; test_cli_release_refuses_a_non_empty_folder runs the whole release)."""
     out = tmp_path_factory.mktemp("released")
-    release(out, force=True, labs_dir=ROOT / "labs")
+    for lab in LABS:
+        release_lab(lab, out / lab.folder)
     return out
 
 
 @pytest.fixture(scope="session")
-def graded(request: pytest.FixtureRequest, released: Path) -> dict[tuple[int, str], LabResult]:
+def graded(request: pytest.FixtureRequest, released: Path) -> dict[tuple[int, str], object]:
     """(lab id, "reference" | "starter" | mutant name) -> result, for the labs this session
     selected."""
     wanted = set()
@@ -84,12 +104,27 @@ def graded(request: pytest.FixtureRequest, released: Path) -> dict[tuple[int, st
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         futures = {key: pool.submit(grade, key[0], labs_dir=ROOT / "labs", **kwargs)
                    for key, kwargs in jobs.items()}
-        return {key: f.result() for key, f in futures.items()}
+        # A lab that cannot be graded fails its own tests, not every lab's.
+        return {key: f.exception() or f.result() for key, f in futures.items()}
+
+
+def _result(graded: dict, key: tuple[int, str]) -> LabResult:
+    result = graded[key]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in lab_folders(ROOT / "labs"))
+                         if (ROOT / "labs").is_dir() else [])
+def test_lab_loads(folder: str) -> None:
+    """lab.json is valid, the files it names exist, mutants.py loads and its mutants apply."""
+    assert folder not in BROKEN, BROKEN.get(folder)
 
 
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_reference_gets_full_marks(lab, graded) -> None:
-    result = graded[(lab.id, "reference")]
+    result = _result(graded, (lab.id, "reference"))
     assert result.errors == () and result.message == "", result.table()
     for task in result.tasks:
         assert task.tests >= 1, f"{task.marker} has no test"
@@ -98,7 +133,7 @@ def test_reference_gets_full_marks(lab, graded) -> None:
 
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_released_starter_scores_zero_on_every_task(lab, graded) -> None:
-    result = graded[(lab.id, "starter")]
+    result = _result(graded, (lab.id, "starter"))
     # The graders must collect on the starter: every test runs and fails (no collection
     # error, which would zero the tasks for the wrong reason).
     assert result.errors == () and result.message == "", result.table()
@@ -114,7 +149,7 @@ def test_lab_has_two_mutants_or_more(lab) -> None:
 @pytest.mark.parametrize(("lab", "mutant"), MUTANTS,
                          ids=[f"lab{lab.id}-{m.name}" for lab, m in MUTANTS])
 def test_mutant_is_caught(lab, mutant: Mutant, graded) -> None:
-    result = graded[(lab.id, mutant.name)]
+    result = _result(graded, (lab.id, mutant.name))
     lost = [m for m in mutant.caught_by if result.task(m).lost_points]
     assert lost, f"mutant {mutant.name} passed every task of {mutant.caught_by}:\n" \
                  + result.table()
@@ -453,6 +488,22 @@ def test_plugin_refuses_tests_without_exactly_one_task(tmp_path: Path) -> None:
         assert any(f"test_lab1.py::{name} " in e and message in e for e in result.errors)
 
 
+def test_without_a_labs_folder_a_student_tree_grades_itself(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pagedsim installed without this repository: ``--path`` at a lab folder uses the
+    graders of the tree it belongs to."""
+    from pagedsim.labs import grading
+
+    def no_labs_dir() -> Path:
+        raise LabError("no labs folder")
+
+    monkeypatch.delenv("PAGEDSIM_LABS_DIR", raising=False)
+    monkeypatch.setattr(grading, "find_labs_dir", no_labs_dir)
+    tree = _toy_lab(tmp_path, _TOY_TESTS)
+    result = grade(1, path=tree / "lab1_toy")
+    assert result.lab.path == (tree / "lab1_toy").resolve() and result.score == 4.0
+
+
 def test_missing_student_file_scores_zero(tmp_path: Path) -> None:
     labs = _toy_lab(tmp_path / "labs", _TOY_TESTS)
     (tmp_path / "empty").mkdir()
@@ -539,6 +590,7 @@ def test_cli_grade_json_shape(capsys: pytest.CaptureFixture[str], tmp_path: Path
     (["labs", "grade", "1", "--mutant", "no-such"], "has no mutant 'no-such'; valid: "),
     (["labs", "grade", "1", "--mutant", "x", "--path", "."], "not both"),
     (["labs", "grade", "1", "--timeout", "0"], "--timeout"),
+    (["labs", "grade", "1", "--task", "lab1_9"], "lab 1 has no task 'lab1_9'; valid: lab1_1"),
     (["labs", "autograder", "1", "out.txt"], "must be a .zip file name"),
     (["labs", "autograder", "99", "out.zip"], "unknown lab 99"),
 ])
@@ -570,3 +622,14 @@ def test_cli_without_pytest_exits_2() -> None:
     assert proc.stderr.strip() == ("pagedsim: error: pytest is not installed; grading needs "
                                    "it: pip install pytest hypothesis (or pip install -e "
                                    "'.[dev]')")
+
+
+def test_timings_table_and_its_place_in_instructors_md() -> None:
+    from pagedsim.labs.timings import BEGIN, END, table
+
+    rows = [{"id": 1, "title": "T", "tests": 3, "reference": "9/9", "starter": "0/9",
+             "reference_s": 1.25, "starter_s": 2.0}]
+    text = table(rows, (61.4, "130 passed in 61.40s"))
+    assert "| 1 | T | 3 | 9/9, 1.2 | 0/9, 2.0 |" in text
+    assert text.endswith("61 s (130 passed in 61.40s).")
+    between((ROOT / "labs" / "INSTRUCTORS.md").read_text(encoding="utf-8"), BEGIN, END)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .imports import forbidden_imports
-from .meta import RESULTS_ENV, LabError, LabInfo, TaskInfo, get_lab
+from .meta import LABS_DIR_ENV, RESULTS_ENV, LabError, LabInfo, TaskInfo, find_labs_dir, get_lab
 from .mutants import get_mutant
 from .results import LabResult, TaskScore
 
@@ -62,6 +62,21 @@ def student_dir(lab: LabInfo, path: Path | str) -> Path:
     return (nested if nested.is_dir() else path).resolve()
 
 
+def _labs_dir_or_tree(path: Path | str) -> Path | None:
+    """The labs folder to grade against: :func:`find_labs_dir`'s when there is one (the
+    instructor's graders, whatever the student's tree holds), else the tree at ``path``
+    itself (a student with an installed pagedsim grading their own released copy)."""
+    if os.environ.get(LABS_DIR_ENV):
+        return find_labs_dir()  # set by hand: an error there is the user's to see
+    try:
+        return find_labs_dir()
+    except LabError:
+        tree = Path(path)
+        if (tree / "lab.json").is_file():  # a lab folder: its parent is the tree
+            tree = tree.parent
+        return tree if tree.is_dir() else None
+
+
 def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None,
           labs_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
           tasks: tuple[str, ...] | list[str] | None = None,
@@ -73,6 +88,8 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
     them); ``fail_fast`` stops at the first failing test (pytest's ``-x``): the scores
     then only say whether some test failed, which is all the test suite asks of a mutant.
     """
+    if labs_dir is None and path is not None:
+        labs_dir = _labs_dir_or_tree(path)
     lab = get_lab(lab_id, labs_dir)
     if path is not None and mutant is not None:
         raise LabError("give a student path or a mutant, not both")
@@ -163,7 +180,8 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
 
 def _score(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, records: list[dict],
            note: str, start: float) -> LabResult:
-    tests = [r for r in records if r.get("kind") == "test"]
+    # One record per test id (the last wins, should a test ever be reported twice).
+    tests = list({r["nodeid"]: r for r in records if r.get("kind") == "test"}.values())
     errors = tuple(r["text"] for r in records if r.get("kind") == "error")
     scores = []
     for task in selected:

@@ -145,13 +145,18 @@ def list_labs(labs_dir: Path | None = None) -> list[LabInfo]:
 
 
 def get_lab(lab_id: object, labs_dir: Path | None = None) -> LabInfo:
-    """The lab with this id (error lists the valid ids)."""
-    labs = list_labs(labs_dir)
-    for lab in labs:
-        if lab.id == lab_id and not isinstance(lab_id, bool):
-            return lab
-    valid = ", ".join(str(lab.id) for lab in labs) or "none (no labs found)"
-    raise LabError(f"unknown lab {lab_id!r}; valid: {valid}")
+    """The lab with this id (error lists the valid ids). Only that lab's ``lab.json`` is
+    loaded, so a lab under construction elsewhere in the folder does not stop this one."""
+    folders = lab_folders(labs_dir)
+    ids = [int(FOLDER_RE.match(p.name)["id"]) for p in folders]  # type: ignore[index]
+    mine = [p for p, i in zip(folders, ids, strict=True)
+            if i == lab_id and not isinstance(lab_id, bool)]
+    if not mine:
+        valid = ", ".join(str(i) for i in sorted(set(ids))) or "none (no labs found)"
+        raise LabError(f"unknown lab {lab_id!r}; valid: {valid}")
+    if len(mine) > 1:
+        raise LabError(f"two folders for lab {lab_id}: {mine[0].name} and {mine[1].name}")
+    return load_lab(mine[0])
 
 
 def load_lab(folder: Path) -> LabInfo:

@@ -37,7 +37,7 @@ _state: dict = {"markers": {}, "item_markers": {}, "outcomes": {}}
 
 
 def _write(record: dict) -> None:
-    path = os.environ.get(RESULTS_ENV)
+    path = _state.get("results")
     if path:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
@@ -57,6 +57,9 @@ def _lab_markers() -> dict[str, str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     _state["markers"] = _lab_markers()
+    # Taken out of the environment, so that the code under test (and any process it
+    # starts) does not see where the results go.
+    _state["results"] = os.environ.pop(RESULTS_ENV, None)
     _state["outcomes"] = {}
     _state["item_markers"] = {}
     for marker, title in _state["markers"].items():
