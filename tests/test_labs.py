@@ -625,11 +625,20 @@ def test_cli_without_pytest_exits_2() -> None:
 
 
 def test_timings_table_and_its_place_in_instructors_md() -> None:
-    from pagedsim.labs.timings import BEGIN, END, table
+    from pagedsim.labs.timings import BEGIN, END, table, timed
 
     rows = [{"id": 1, "title": "T", "tests": 3, "reference": "9/9", "starter": "0/9",
-             "reference_s": 1.25, "starter_s": 2.0}]
-    text = table(rows, (61.4, "130 passed in 61.40s"))
-    assert "| 1 | T | 3 | 9/9, 1.2 | 0/9, 2.0 |" in text
-    assert text.endswith("61 s (130 passed in 61.40s).")
+             "reference_s": 1.25, "reference_cpu_s": 1.0, "starter_s": 2.0,
+             "starter_cpu_s": 1.5}]
+    text = table(rows, (61.4, 100.2, "130 passed in 61.40s"), (0.5, 1.75))
+    assert "load average 0.5 before, 1.8 after" in text
+    assert "| 1 | T | 3 | 9/9, 1.2, 1.0 | 0/9, 2.0, 1.5 |" in text
+    assert text.endswith("61 s wall, 100 s CPU (130 passed in 61.40s).")
     between((ROOT / "labs" / "INSTRUCTORS.md").read_text(encoding="utf-8"), BEGIN, END)
+    value, wall, cpu = timed(lambda: subprocess.run([sys.executable, "-c", "pass"]))
+    assert value.returncode == 0 and wall > 0 and cpu > 0
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_the_notebook_a_lab_follows_exists(lab) -> None:
+    assert (ROOT / lab.notebook).is_file(), f"{lab.folder}/lab.json: {lab.notebook}"

@@ -10,7 +10,9 @@ their own subprocess).
   :mod:`.regions`);
 - :func:`grade`: the reference, a student's files or a planted-bug mutant, graded by the
   lab's pytest graders in a subprocess (:mod:`.grading`, :mod:`.plugin`, :mod:`.mutants`);
-- :func:`build_autograder`: a Gradescope autograder zip (:mod:`.autograder`).
+- :func:`build_autograder`: a Gradescope autograder zip (:mod:`.autograder`);
+- ``python -m pagedsim.labs.index``: the table of ``labs/README.md``; ``python -m
+  pagedsim.labs.timings``: the measured grading times of ``labs/INSTRUCTORS.md``.
 """
 
 from __future__ import annotations
