@@ -161,23 +161,29 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
     if importlib.util.find_spec("hypothesis") is not None:
         cmd += ["-p", "hypothesis.extra.pytestplugin"]
     cmd += [*extra, lab.test_file]
-    note = ""
+    note, status = "", 0
     try:
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
                               timeout=timeout_s, stdin=subprocess.DEVNULL)
-        # 0: all passed, 1: some failed; anything else means the run itself went wrong.
-        if proc.returncode not in (0, 1):
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            note = f"pytest exited with status {proc.returncode}:\n{tail}"
+        status, output = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired:
         note = f"the graders ran longer than {timeout_s:g} s and were stopped"
     records = []
     if results.is_file():
         for line in results.read_text(encoding="utf-8").splitlines():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a timeout
+            # Paths inside the throw-away copy mean nothing to the reader: make them
+            # relative to the lab folder.
+            record["text"] = record.get("text", "").replace(f"{work}{os.sep}", "")
+            records.append(record)
+    # 0: all passed, 1: some failed; any other status means the run itself went wrong. Say
+    # how, unless the plugin recorded why (a collection error, a refused test).
+    if status not in (0, 1) and not any(r.get("kind") == "error" for r in records):
+        tail = "\n".join(output.strip().splitlines()[-15:]).replace(f"{work}{os.sep}", "")
+        note = f"pytest exited with status {status}:\n{tail}"
     return records, note
 
 
@@ -195,7 +201,9 @@ def _score(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, records: l
                                for r in mine if r["outcome"] != "passed")
             output = output or f"all {len(mine)} tests passed"
         else:
-            output = "no test of this task ran" + (f" ({errors[0]})" if errors else "")
+            output = "no test of this task ran" + (
+                " (the graders stopped before running tests; see the overall output)"
+                if errors else "")
         score = task.points * passed / len(mine) if mine else 0.0
         scores.append(TaskScore(task.marker, task.title, task.points, score, passed,
                                 len(mine), output))

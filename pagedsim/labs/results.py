@@ -100,7 +100,9 @@ class LabResult:
             lines.append("  ".join(c.ljust(w) if j < 2 else c.rjust(w)
                                    for j, (c, w) in enumerate(cells)).rstrip())
         notes = ([self.message] if self.message else []) + list(self.errors)
-        notes += [f"{t.marker}: {t.output}" for t in self.tasks if t.lost_points and t.output]
+        if not self.errors and not self.message:  # else every task says "see above"
+            notes += [f"{t.marker}: {t.output}" for t in self.tasks
+                      if t.lost_points and t.output]
         if notes:
             lines += ["", *notes]
         lines.append(f"\n({self.duration_s:.1f} s)")
