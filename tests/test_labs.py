@@ -610,6 +610,10 @@ def test_cli_release_refuses_a_non_empty_folder(capsys: pytest.CaptureFixture[st
     assert status == 0 and (tmp_path / "keep.txt").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == \
         [lab.folder for lab in list_labs()]
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.name == "mutants.py"]
+    assert not [p for p in files if "BEGIN SOLUTION" in p.read_text(errors="replace")]
+    assert (tmp_path / "README.md").read_text() == (ROOT / "labs" / "README.md").read_text()
 
 
 def test_cli_without_pytest_exits_2() -> None:

@@ -66,11 +66,11 @@ def _labs_dir_or_tree(path: Path | str) -> Path | None:
     """The labs folder to grade against: :func:`find_labs_dir`'s when there is one (the
     instructor's graders, whatever the student's tree holds), else the tree at ``path``
     itself (a student with an installed pagedsim grading their own released copy)."""
-    if os.environ.get(LABS_DIR_ENV):
-        return find_labs_dir()  # set by hand: an error there is the user's to see
     try:
         return find_labs_dir()
     except LabError:
+        if os.environ.get(LABS_DIR_ENV):
+            raise  # set by hand: a mistake there is the user's to see
         tree = Path(path)
         if (tree / "lab.json").is_file():  # a lab folder: its parent is the tree
             tree = tree.parent
@@ -88,6 +88,8 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
     them); ``fail_fast`` stops at the first failing test (pytest's ``-x``): the scores
     then only say whether some test failed, which is all the test suite asks of a mutant.
     """
+    if path is not None and not Path(path).exists():
+        raise LabError(f"path {str(path)!r} does not exist")
     if labs_dir is None and path is not None:
         labs_dir = _labs_dir_or_tree(path)
     lab = get_lab(lab_id, labs_dir)
