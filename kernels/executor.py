@@ -10,8 +10,24 @@ hands out is the block the kernels read and write.
 Freed memory is scrubbed: the allocator reports every released run of slots
 (``on_release``) and the executor refills it with the NaN sentinel before anything
 else writes there. So at every step, the slots that are not NaN are exactly the slots
-holding a live token's K/V, which :mod:`pagedsim.kernels.measure` counts and holds against the
-simulator's accounting.
+holding a live token's K/V, plus those of prefix-cached blocks, which
+:mod:`pagedsim.kernels.measure` counts and holds against the simulator's accounting.
+
+Prefix caching (``prefix-cache`` and the other caching schemes of the ``paged`` family):
+a prefill item's ``start`` tokens are already in the cache, so only tokens ``start ..``
+are computed and written, attending to the cached ones (the same path serves the later
+chunks of a chunked prefill). A prefix cache does not report a full block when its
+request frees it: the block keeps its K/V, reusable, until the allocator evicts it to
+hand it out again, and reports it then. Evictions happen while the scheduler plans, so
+an evicted block is scrubbed in step 1 below, before this step's prefills or decodes
+write into it, even when it is handed out again in the same step. A prefix cache may
+also hand out a block in the same step as the prefill that computes it (two requests of
+one group admitted together); the model writes every prefill's K/V of a layer before
+any prefill reads it back. Token ids come from the request's content
+(:func:`pagedsim.prompts.prompt_tokens`, folded into the model's vocabulary), so equal
+pieces are equal tokens; outputs that the content names (a multi-turn chat, whose next
+turn repeats them) are taken from it rather than sampled, else a later turn's cache hit
+would be K/V of other tokens.
 
 Order of work in a step (see :mod:`pagedsim.plan`): scrub released memory (except what
 this step swaps out), fork copies, read swap-outs to the CPU and scrub them,
@@ -25,11 +41,14 @@ Swap-out reads come before every write into memory this step's preemptions relea
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 
 import torch
 
 from pagedsim.plan import StepPlan
+from pagedsim.prompts import prompt_tokens
 from pagedsim.scheduler import Scheduler
+from pagedsim.workload import Request
 
 from .kv_cache import KVCache, SwappedKV
 from .model import Decoder
@@ -54,10 +73,12 @@ class RealExecutor:
         self.temperature = temperature
         self.gen = torch.Generator().manual_seed(seed)
         self.tokens: dict[SeqId, list[int]] = {}  # token ids whose K/V is in the cache
+        self.request_of: dict[SeqId, Request] = {}  # the request each sequence serves
         self.pending: dict[SeqId, int] = {}  # sampled, K/V written by the next decode
         self.last_logits: dict[SeqId, torch.Tensor] = {}  # fp32 CPU [V]
         self.swapped: dict[int, SwappedKV] = {}  # id(SwappedGroup) -> its CPU copy
         self._released: list[tuple[int, int]] = []  # (start_slot, num_slots)
+        self._contents: dict[int, list[int]] = {}  # request id -> token ids it names
         cache.allocator.on_release = self._on_release
         self.num_steps = 0
 
@@ -73,6 +94,36 @@ class RealExecutor:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + request_id)
         vocab = self.decoder.config.vocab_size
         return torch.randint(0, vocab, (prompt_len,), generator=g).tolist()
+
+    def _content(self, request: Request) -> list[int]:
+        """The token ids the request's content names: its prompt, then the outputs its
+        pieces name (``output_in_pieces``, as :func:`pagedsim.prompts.block_key` reads
+        them), folded into the model's vocabulary. Equal pieces give equal ids, which is
+        what makes a prefix cache's shared K/V the right K/V. A request without pieces
+        holds prompt ids of its own, seeded by ``(seed, request_id)``."""
+        toks = self._contents.get(request.request_id)
+        if toks is None:
+            if request.prompt_pieces is None:
+                toks = self._prompt(request.request_id, request.prompt_len)
+            else:
+                named = request.prompt_len
+                # block_key's rule: one sequence only (samples and beams differ)
+                if request.output_in_pieces and request.n == 1 and request.beam_width == 1:
+                    named = min(len(request.prompt_pieces) * request.prompt_piece_tokens,
+                                request.final_len)
+                ids = prompt_tokens(replace(request, prompt_len=named, output_in_pieces=False))
+                toks = (ids.astype("int64") % self.decoder.config.vocab_size).tolist()
+            self._contents[request.request_id] = toks
+        return toks
+
+    def _next_token(self, request: Request, position: int, logits: torch.Tensor) -> int:
+        """The token at ``position`` of a sequence of ``request``: the one its content
+        names when the workload says what it outputs (a multi-turn chat's next turn
+        repeats this output, so the cache must hold these tokens' K/V), else sampled."""
+        content = self._content(request)
+        if position < len(content):
+            return content[position]
+        return self._sample(logits)
 
     def _sample(self, logits: torch.Tensor) -> int:
         """One token from fp32 ``[V]`` logits."""
@@ -127,6 +178,7 @@ class RealExecutor:
             if fork.child_id in cache or fork.child_id in swapped_ids:
                 cache.run_copies(fork.copies)
             self.tokens[fork.child_id] = list(self.tokens[fork.parent_id])
+            self.request_of[fork.child_id] = self.request_of[fork.parent_id]
             logits = self.last_logits[fork.parent_id]
             self.last_logits[fork.child_id] = logits
             self.pending[fork.child_id] = self._sample(logits)
@@ -141,29 +193,35 @@ class RealExecutor:
         # 5. Swap-ins: CPU buffers into the new slots.
         for group, copies in plan.swap_ins:
             cache.write_swapped(self.swapped.pop(id(group)), copies)
-        # 6. The model: prefills (new prompts, or prompt + generated tokens to recompute).
+        # 6. The model: prefills (new prompts, or prompt + generated tokens to recompute),
+        #    each from its ``start``: tokens before it are in the cache already (a prefix
+        #    cache's hit, or earlier chunks), so only the rest is computed and written.
         if plan.prefills:
-            seq_ids, token_lists = [], []
+            seq_ids, token_lists, starts, fulls = [], [], [], []
             for item in plan.prefills:
-                if item.start or not item.last:
-                    raise ValueError(f"request {item.request_id}: the real executor runs "
-                                     "whole prefills only; schedule with policy='v0' (a "
-                                     "chunked prefill needs attention over a cached prefix)")
-                if item.recompute:
-                    toks = self.tokens[item.seq_id] + [self.pending[item.seq_id]]
+                request = scheduler.groups[item.request_id].request
+                if item.recompute:  # its K/V and tokens change only once the prefill ends
+                    full = self.tokens[item.seq_id] + [self.pending[item.seq_id]]
                 else:
-                    group = scheduler.groups[item.request_id]
-                    toks = self._prompt(item.request_id, group.request.prompt_len)
-                if len(toks) != item.num_tokens:
-                    raise AssertionError(f"sequence {item.seq_id!r}: plan says "
-                                         f"{item.num_tokens} tokens, executor has {len(toks)}")
+                    full = self._content(request)[:request.prompt_len]
+                end = item.start + item.num_tokens
+                if end > len(full) or (item.last and end != len(full)):
+                    raise AssertionError(f"sequence {item.seq_id!r}: plan prefills tokens "
+                                         f"{item.start}..{end - 1} ({'last' if item.last else 'a'}"
+                                         f" chunk), executor has {len(full)} tokens")
                 seq_ids.append(item.seq_id)
-                token_lists.append(toks)
-            logits = self.decoder.forward_prefill(cache, seq_ids, token_lists)  # [S, V]
-            for seq_id, toks, row in zip(seq_ids, token_lists, logits, strict=True):
-                self.tokens[seq_id] = toks
-                self.last_logits[seq_id] = row
-                self.pending[seq_id] = self._sample(row)
+                token_lists.append(full[item.start:end])
+                starts.append(item.start)
+                fulls.append(full)
+            logits = self.decoder.forward_prefill(cache, seq_ids, token_lists, starts)  # [S, V]
+            for item, full, row in zip(plan.prefills, fulls, logits, strict=True):
+                if not item.last:  # a chunk: the next token is sampled after the last one
+                    continue
+                request = scheduler.groups[item.request_id].request
+                self.tokens[item.seq_id] = full
+                self.request_of[item.seq_id] = request
+                self.last_logits[item.seq_id] = row
+                self.pending[item.seq_id] = self._next_token(request, len(full), row)
         # 7. Decodes: each sequence's pending token goes into the slot the plan gave it.
         if plan.decode_seq_ids:
             ids = plan.decode_seq_ids
@@ -174,11 +232,14 @@ class RealExecutor:
             for seq_id, tok, row in zip(ids, toks, logits, strict=True):
                 self.tokens[seq_id].append(tok)
                 self.last_logits[seq_id] = row
-                self.pending[seq_id] = self._sample(row)
+                self.pending[seq_id] = self._next_token(self.request_of[seq_id],
+                                                        len(self.tokens[seq_id]), row)
         # Forget finished requests' sequences (their memory is freed next step) and
         # rejected ones' (already freed by the scheduler).
         for rid in (*plan.finished, *plan.rejected):
+            self._contents.pop(rid, None)
             for seq_id in scheduler.groups[rid].seq_ids:
                 self.tokens.pop(seq_id, None)
+                self.request_of.pop(seq_id, None)
                 self.pending.pop(seq_id, None)
                 self.last_logits.pop(seq_id, None)

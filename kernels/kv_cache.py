@@ -20,6 +20,19 @@ slots the new tokens go to, after carrying out any copy-on-write), ``run_copies`
 
 Unwritten slots hold NaN (a sentinel): a kernel that reads a slot nobody wrote gets
 NaN, and :meth:`KVCache.written_slots` counts the slots really written.
+
+Prefix caching (schemes ``prefix-cache``, ``prefix-cache-dedup``, and any other scheme of
+the ``paged`` family whose allocator keeps blocks past their request) needs nothing of
+its own here: a :class:`PagedKVCache` simply reads the block tables its allocator hands
+out. A cached prefix block is an ordinary block of the pool whose K/V was written once,
+by the request that computed it; a later request that hits it finds the block id in its
+own table (the allocator raised its reference count) and attends to that K/V without
+writing it again, so only tokens ``start ..`` of a prefill are written
+(:meth:`pagedsim.kernels.model.Decoder.forward_prefill` with ``starts``). When the last
+request holding a cached block ends, the block keeps its K/V (the allocator calls it
+*cached*, not free) and is scrubbed back to NaN only when the allocator evicts it for new
+content and reports it through ``on_release``. So the slots that are not NaN are the
+live tokens' plus the cached blocks' (:mod:`pagedsim.kernels.measure` checks exactly that).
 """
 
 from __future__ import annotations
@@ -121,9 +134,21 @@ class KVCache:
             align_slots=config.block_size))
 
     # ----------------------------------------------------------- sequences
-    def add(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
-        """Room for a new sequence's ``num_tokens``-token prompt (raises OutOfMemoryError)."""
-        self.allocator.allocate(seq_id, num_tokens, final_len)
+    def add(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
+            content: pagedsim.Request | None = None) -> int:
+        """Room for a new sequence's ``num_tokens``-token prompt (raises OutOfMemoryError).
+
+        ``content`` names the prompt's tokens (a prefix-caching allocator then serves its
+        cached prefix from blocks already holding that K/V). Returns how many leading
+        tokens were served so (0 without a prefix cache): write and compute only the rest.
+        """
+        if content is None:
+            self.allocator.allocate(seq_id, num_tokens, final_len)
+        elif not self.allocator.allocate_group([seq_id], num_tokens, final_len,
+                                               content=content):
+            raise pagedsim.OutOfMemoryError(
+                f"sequence {seq_id!r}: no room for {num_tokens} tokens, nothing was changed")
+        return self.allocator.prefix_hit_tokens(seq_id)
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         """``child_id`` gets ``parent_id``'s tokens (shared if paged, copied if contiguous)."""
@@ -213,6 +238,13 @@ class KVCache:
             copy_blocks(k_cache, v_cache, pairs, backend=self.backend)
         self.num_copied_blocks += len(pairs)
 
+    def read(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The K and V held in ``slots`` (int64 ``[T]``) of one layer, ``[T, KVH, D]`` each
+        (a copy): a prefill with a cached prefix attends to it."""
+        flat_shape = (-1, self.config.num_kv_heads, self.config.head_dim)
+        return (self.k_caches[layer].reshape(flat_shape)[slots],
+                self.v_caches[layer].reshape(flat_shape)[slots])
+
     def gather(self, layer: int, seq_id: SeqId) -> tuple[torch.Tensor, torch.Tensor]:
         """The sequence's cached K and V in one layer, ``[seq_len, KVH, D]`` each."""
         slots = self.slot_mapping([seq_id])
@@ -261,16 +293,25 @@ class KVCache:
 
     # ---------------------------------------------------------- measuring
     def written_slots(self) -> int:
-        """Slots whose K in layer 0 is no longer the NaN sentinel (written at least once)."""
-        k = self.k_caches[0].reshape(self.config.capacity_slots, -1)
-        return int((~k.isnan().all(dim=1)).sum())
+        """Slots whose K in layer 0 is no longer the NaN sentinel (written and not scrubbed
+        since): live tokens' slots, plus those of prefix-cached blocks."""
+        return int(self.written_per_block().sum())
+
+    def written_per_block(self) -> torch.Tensor:
+        """int64 ``[num_blocks]``: each block's slots that are not the NaN sentinel in
+        layer 0's K (see :meth:`written_slots`)."""
+        c = self.config
+        k = self.k_caches[0].reshape(c.num_blocks, c.block_size, -1)
+        return (~k.isnan().all(dim=2)).sum(dim=1).cpu()
 
     def usage(self) -> pagedsim.SlotUsage:
         return self.allocator.usage()
 
 
 class PagedKVCache(KVCache):
-    """A paged cache: any free block serves any sequence; forks share blocks."""
+    """A paged cache: any free block serves any sequence; forks share blocks, and so do
+    requests with a common cached prefix when the allocator caches prefixes (see the
+    module docstring)."""
 
     allocator: pagedsim.PagedAllocator
 

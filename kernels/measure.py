@@ -3,14 +3,17 @@
 For each scheme the same workload runs twice:
 
 1. through the simulator alone (``pagedsim.simulate`` with a fresh allocator): the
-   prediction, step by step, of token / reserved / internal / external / free slots;
+   prediction, step by step, of token / reserved / internal / cached / external / free
+   slots;
 2. through the real executor (:class:`pagedsim.kernels.executor.RealExecutor`): the scheduler
    drives the small decoder over a real KV cache whose allocator is the one the
    scheduler uses. After every step we *measure* what is in memory:
 
    - ``meas_token_slots``: slots whose K is not the NaN sentinel, found by scanning
      the cache (released memory is scrubbed back to NaN, so these are exactly the
-     slots holding a live token's K/V);
+     slots holding a live token's K/V, or a prefix-cached block's);
+   - ``meas_cached_slots`` (``paged`` family): of them, those in blocks that no live
+     sequence's block table holds;
    - ``meas_region_bytes`` (contiguous schemes): every live region also gets its own
      ``torch.empty`` buffer of its reserved size, as older engines allocated one
      buffer per request; the bytes those buffers occupy. (The kernel still reads the
@@ -22,6 +25,21 @@ Both runs must make identical plans (checked), so the accounting and the measure
 can be compared at every step. For paged schemes measured token slots must equal
 simulated ``token`` slots; for contiguous ones the region buffers' bytes must equal
 simulated (token + reserved + internal fragmentation) slots x bytes per slot.
+
+Prefix caching (``prefix-cache``, ``prefix-cache-dedup``): a block whose requests have all
+ended keeps its K/V until it is evicted (only then does the allocator report it for
+scrubbing), and the account calls its slots ``cached``. Cached blocks are full blocks, so
+all their slots hold data, and the scan sees them. So the comparison is
+
+    meas_token_slots == sim_token + sim_cached    (token_gap_slots = the difference)
+    meas_cached_slots == sim_cached               (cached_gap_slots = the difference)
+
+at every step, hits and evictions included: the first says no live token and no cached
+block lost its K/V and no released memory kept any; the second that the account splits
+them right (a block counted cached while a request holds it, or the reverse, shows
+there). For schemes without a cache ``sim_cached`` is 0 and the first is the plain
+comparison above. The per-step frame also carries the simulator's ``prefix_hit_tokens``,
+``prefill_tokens_cached`` and ``evictions``, which must agree between the two runs.
 
 ``python -m pagedsim.kernels.measure --help`` lists the options; ``--out`` receives the per-step
 CSV and a figure of both utilization curves per scheme.
@@ -39,11 +57,26 @@ import torch
 
 import pagedsim
 from pagedsim.schemes import get_scheme, kv_cache_class
+from pagedsim.sharing_workloads import (
+    SHARING_WORKLOAD_NAMES,
+    FewShotConfig,
+    MultiTurnConfig,
+    SystemPromptConfig,
+    generate_few_shot,
+    generate_multi_turn,
+    generate_system_prompt,
+)
+from pagedsim.validate import check_choice
 
 from .executor import RealExecutor
 from .model import Decoder, ModelConfig
 
-SLOT_COLUMNS = ("token", "reserved", "internal_frag", "external_frag", "free")
+SLOT_COLUMNS = ("token", "reserved", "internal_frag", "cached", "external_frag", "free")
+#: Step columns both runs must agree on (the same plans), the prefix cache's included.
+PLAN_COLUMNS = ("step", "running", "waiting", "prefill_tokens", "decode_seqs", "preemptions",
+                "cow_copies", "finished", "prefill_tokens_cached", "prefix_hit_tokens",
+                "evictions")
+WORKLOADS = ("uniform", "fixed", "sharegpt", "alpaca", *SHARING_WORKLOAD_NAMES)
 
 
 @dataclass(slots=True)
@@ -51,7 +84,7 @@ class MeasureConfig:
     """One comparison. Sizes are small enough for a CPU by default (a few seconds)."""
 
     schemes: tuple[str, ...] = ("paged", "contiguous-oracle")
-    workload: str = "uniform"  # uniform | fixed | sharegpt | alpaca (pagedsim workloads)
+    workload: str = "uniform"  # one of WORKLOADS (pagedsim's, and the sharing ones)
     num_requests: int = 16
     rate_per_s: float = 200.0  # simulated arrivals per second (the cost model's clock)
     n: int = 1
@@ -62,6 +95,11 @@ class MeasureConfig:
     num_blocks: int = 48
     block_size: int = 4
     preemption: str = "recompute"
+    policy: str = "v0"  # the scheduler's: v0 | chunked
+    # Sharing workloads: prompt sizes from prompt_len_range (the part after the shared
+    # prefix; a multi-turn chat's new message), outputs from output_len_range.
+    shared_tokens: int = 16  # system-prompt: the system prompt; few-shot: the shots
+    prefix_groups: int = 2  # system-prompt: groups; few-shot: tasks; multi-turn: chats
     cpu_swap_slots: int = 4096
     seed: int = 0
     model: ModelConfig = field(default_factory=lambda: ModelConfig(
@@ -75,8 +113,9 @@ class MeasureConfig:
             kv_cache_class(s)  # raises with the valid names, or if no cache mirrors it
         if not self.schemes:
             raise ValueError("schemes must name at least one scheme")
+        check_choice("workload", self.workload, WORKLOADS)
         for name in ("num_requests", "num_blocks", "block_size", "max_model_len", "n",
-                     "beam_width"):
+                     "beam_width", "shared_tokens", "prefix_groups"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -97,6 +136,10 @@ class SchemeMeasurement:
     bytes_per_slot: int
     max_token_gap_slots: int
     max_bytes_gap: int  # contiguous: |region buffers - simulated allocated| bytes; paged: token
+    max_cached_gap_slots: int | None = None  # paged family; None where not measured
+    prefix_hit_tokens: int = 0  # prompt tokens served from a prefix cache, whole run
+    prefill_tokens_cached: int = 0  # of them, the ones not computed (as the plans say)
+    evictions: int = 0  # cached blocks evicted, whole run
     cuda_max_allocated_bytes: int | None = None
     cuda_max_reserved_bytes: int | None = None
 
@@ -113,12 +156,37 @@ def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:
 
 
 def requests_for(cfg: MeasureConfig) -> list[pagedsim.Request]:
-    """The workload a comparison replays (seeded, so every run sees the same requests)."""
+    """The workload a comparison replays (seeded, so every run sees the same requests).
+
+    Sharing workloads use pieces of ``block_size`` tokens, so requests share every full
+    block of their common prefix."""
+    if cfg.workload in SHARING_WORKLOAD_NAMES:
+        return _sharing_requests(cfg)
     wl = pagedsim.WorkloadConfig(
         kind=cfg.workload, num_requests=cfg.num_requests, rate_per_s=cfg.rate_per_s,
         seed=cfg.seed, max_model_len=cfg.max_model_len, n=cfg.n, beam_width=cfg.beam_width,
         prompt_len_range=cfg.prompt_len_range, output_len_range=cfg.output_len_range)
     return pagedsim.generate_workload(wl)
+
+
+def _sharing_requests(cfg: MeasureConfig) -> list[pagedsim.Request]:
+    common = dict(output_len_range=cfg.output_len_range, rate_per_s=cfg.rate_per_s,
+                  seed=cfg.seed, piece_tokens=cfg.block_size, max_model_len=cfg.max_model_len,
+                  n=cfg.n, beam_width=cfg.beam_width)
+    per_group = -(-cfg.num_requests // cfg.prefix_groups)
+    if cfg.workload == "system-prompt":
+        requests = generate_system_prompt(SystemPromptConfig(
+            groups=cfg.prefix_groups, per_group=per_group, system_tokens=cfg.shared_tokens,
+            user_len_range=cfg.prompt_len_range, **common))
+    elif cfg.workload == "multi-turn":
+        requests = generate_multi_turn(MultiTurnConfig(
+            conversations=cfg.prefix_groups, turns=per_group,
+            message_len_range=cfg.prompt_len_range, **common))
+    else:
+        requests = generate_few_shot(FewShotConfig(
+            num_requests=cfg.num_requests, shot_tokens=cfg.shared_tokens, shots=1,
+            question_len_range=cfg.prompt_len_range, tasks=cfg.prefix_groups, **common))
+    return requests[:cfg.num_requests]  # sorted by arrival, ids 0.. in order
 
 
 def _allocator(cfg: MeasureConfig, scheme: str):
@@ -144,7 +212,8 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
         "a100-40gb")
     cost = pagedsim.CostModel(spec, gpu)
     sched_cfg = pagedsim.SchedulerConfig(preemption=cfg.preemption,
-                                         cpu_swap_slots=cfg.cpu_swap_slots, seed=cfg.seed)
+                                         cpu_swap_slots=cfg.cpu_swap_slots, seed=cfg.seed,
+                                         policy=cfg.policy)
 
     # 1. The simulator alone.
     sim_allocator = _allocator(cfg, scheme)
@@ -156,6 +225,7 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     # 2. The real executor, on a cache whose allocator the scheduler drives.
     # Regions are measured as buffers for the schemes drawn as an arena of regions.
     regions = get_scheme(scheme).view == "arena" and cfg.region_buffers
+    paged = get_scheme(scheme).family == "paged"
     decoder = Decoder(cfg.model)
     cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, scheme, cfg.max_model_len)
     cache.backend = cfg.backend
@@ -179,8 +249,13 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
                                       device=cache.config.device)
                     buffers[s] = (start, size, buf)
             region_bytes = sum(b.numel() * b.element_size() for _, _, b in buffers.values())
+        per_block = cache.written_per_block()
+        cached_slots = None
+        if paged:  # written slots outside every live sequence's blocks
+            live = {b for s in cache.allocator.seq_ids() for b in cache.block_table(s)}
+            cached_slots = int(per_block.sum()) - int(per_block[sorted(live)].sum())
         rows.append((
-            plan.step, cache.written_slots(), region_bytes, cache_bytes,
+            plan.step, int(per_block.sum()), cached_slots, region_bytes, cache_bytes,
             torch.cuda.memory_allocated() if on_cuda else None,
             torch.cuda.memory_reserved() if on_cuda else None,
         ))
@@ -190,20 +265,25 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     real = pagedsim.simulate(requests, cache.allocator, cost, sched_cfg, scheme=scheme,
                              progress=progress, on_step=on_step).steps()
     measured = pd.DataFrame.from_records(rows, columns=[
-        "step", "meas_token_slots", "meas_region_bytes", "cache_tensor_bytes",
+        "step", "meas_token_slots", "meas_cached_slots", "meas_region_bytes",
+        "cache_tensor_bytes",
         "cuda_allocated_bytes", "cuda_reserved_bytes"])
 
-    same_plans = ["step", "running", "waiting", "prefill_tokens", "decode_seqs",
-                  "preemptions", "cow_copies", "finished"]
+    same_plans = list(PLAN_COLUMNS)
     if not predicted[same_plans].equals(real[same_plans]):
         raise AssertionError(f"{scheme}: the simulator and the real executor made different "
                              "plans for the same workload")
     frame = predicted[["step", "time_s", "running", "waiting", "capacity", *SLOT_COLUMNS,
-                       "preemptions", "cow_copies"]].rename(
+                       "preemptions", "cow_copies", "prefix_hit_tokens",
+                       "prefill_tokens_cached", "evictions"]].rename(
         columns={c: f"sim_{c}" for c in SLOT_COLUMNS})
     frame = frame.merge(measured, on="step", how="left")
     frame.insert(0, "scheme", scheme)
-    frame["token_gap_slots"] = frame["meas_token_slots"] - frame["sim_token"]
+    # Cached blocks keep their K/V (see the module docstring): the scan sees them too.
+    frame["token_gap_slots"] = frame["meas_token_slots"] - frame["sim_token"] \
+        - frame["sim_cached"]
+    if paged:
+        frame["cached_gap_slots"] = frame["meas_cached_slots"] - frame["sim_cached"]
     if regions:
         allocated = frame[["sim_token", "sim_reserved", "sim_internal_frag"]].sum(axis=1)
         frame["bytes_gap"] = frame["meas_region_bytes"] - allocated * bytes_per_slot
@@ -213,6 +293,10 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
         scheme=scheme, frame=frame, bytes_per_slot=bytes_per_slot,
         max_token_gap_slots=int(frame["token_gap_slots"].abs().max()),
         max_bytes_gap=int(frame["bytes_gap"].abs().max()),
+        max_cached_gap_slots=(int(frame["cached_gap_slots"].abs().max()) if paged else None),
+        prefix_hit_tokens=int(frame["prefix_hit_tokens"].sum()),
+        prefill_tokens_cached=int(frame["prefill_tokens_cached"].sum()),
+        evictions=int(frame["evictions"].sum()),
         cuda_max_allocated_bytes=(int(frame["cuda_allocated_bytes"].max()) if on_cuda
                                   else None),
         cuda_max_reserved_bytes=int(frame["cuda_reserved_bytes"].max()) if on_cuda else None,
@@ -266,6 +350,9 @@ def run(cfg: MeasureConfig, out: Path | None = None, progress: bool | None = Non
             line = (f"{scheme:<22} steps {len(m.frame):>4}  largest gap: "
                     f"{m.max_token_gap_slots} token slots, {m.max_bytes_gap} bytes  "
                     f"({time.perf_counter() - t0:.1f} s)")
+            if m.prefix_hit_tokens or m.evictions:
+                line += (f"  prefix hits {m.prefix_hit_tokens} tokens, cached-slot gap "
+                         f"{m.max_cached_gap_slots}, {m.evictions} evictions")
             if m.cuda_max_allocated_bytes is not None:
                 line += (f"  cuda allocated/reserved peak {m.cuda_max_allocated_bytes:,} / "
                          f"{m.cuda_max_reserved_bytes:,} bytes")
@@ -293,8 +380,10 @@ def plot(results: list[SchemeMeasurement], path: Path | None = None):
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.4), squeeze=False)
     for ax, m in zip(axes[0], results, strict=True):
         f = m.frame
-        ax.plot(f["step"], f["sim_token"] / f["capacity"], color=CATEGORY_COLORS["token"],
-                lw=2.5, label="simulated token slots")
+        ax.plot(f["step"], (f["sim_token"] + f["sim_cached"]) / f["capacity"],
+                color=CATEGORY_COLORS["token"], lw=2.5,
+                label="simulated token + cached slots" if f["sim_cached"].any()
+                else "simulated token slots")
         ax.plot(f["step"], f["meas_token_slots"] / f["capacity"], color="black", lw=1,
                 ls="--", label="measured (non-sentinel slots)")
         ax.set_title(f"{m.scheme}: largest gap {m.max_token_gap_slots} slots")
@@ -315,8 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     d = MeasureConfig()
     parser.add_argument("--schemes", default=",".join(d.schemes),
                         help="comma-separated pagedsim schemes (default: %(default)s)")
-    parser.add_argument("--workload", default=d.workload,
-                        choices=["uniform", "fixed", "sharegpt", "alpaca"])
+    parser.add_argument("--workload", default=d.workload, choices=WORKLOADS)
+    parser.add_argument("--shared-tokens", type=int, default=d.shared_tokens,
+                        help="sharing workloads: tokens of the shared system prompt / shots")
+    parser.add_argument("--prefix-groups", type=int, default=d.prefix_groups,
+                        help="sharing workloads: system prompts, shot sets or conversations")
+    parser.add_argument("--policy", choices=["v0", "chunked"], default=d.policy)
     parser.add_argument("--num-requests", type=int, default=d.num_requests)
     parser.add_argument("--rate", type=float, default=d.rate_per_s, help="requests per second")
     parser.add_argument("--n", type=int, default=d.n, help="parallel samples per request")
@@ -353,7 +446,9 @@ def main(argv: list[str] | None = None) -> int:
             workload=args.workload, num_requests=args.num_requests, rate_per_s=args.rate,
             n=args.n, beam_width=args.beam_width, max_model_len=args.max_model_len,
             num_blocks=args.num_blocks, block_size=args.block_size,
-            preemption=args.preemption, seed=args.seed, model=model, backend=args.backend)
+            preemption=args.preemption, seed=args.seed, model=model, backend=args.backend,
+            policy=args.policy, shared_tokens=args.shared_tokens,
+            prefix_groups=args.prefix_groups)
         from . import INFO
 
         if not args.quiet:

@@ -8,9 +8,10 @@ Three ways to run it:
 
 - step by step, as a serving engine's executor would from a scheduler's plan:
   ``prefill(cache, seq_ids, token_ids)`` writes each prompt's K/V into the cache
-  (attention by ``scaled_dot_product_attention``, causal) and returns the last
-  token's logits; ``decode(cache, seq_ids, token_ids)`` appends one token per
-  sequence (copy-on-write handled by the cache) and attends with ``paged_attention``;
+  (attention by ``scaled_dot_product_attention``, causal; a prefix that a prefix
+  cache already holds is attended to, not recomputed) and returns the last token's
+  logits; ``decode(cache, seq_ids, token_ids)`` appends one token per sequence
+  (copy-on-write handled by the cache) and attends with ``paged_attention``;
   forks, frees, copies and swaps are the cache's own methods;
 - ``generate(cache, prompt, max_new_tokens, n, temperature, seed)``: prefill once,
   fork ``n - 1`` children (parallel sampling), decode;
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+import pagedsim
 from pagedsim.schemes import kv_cache_class
 
 from .backend import DEVICE
@@ -212,13 +214,19 @@ class Decoder:
     # -------------------------------------------------------------- executor steps
     def prefill(self, cache: KVCache, seq_ids: Sequence[SeqId],
                 token_ids: Sequence[Sequence[int]],
-                final_lens: Sequence[int | None] | None = None) -> torch.Tensor:
+                final_lens: Sequence[int | None] | None = None,
+                contents: Sequence[pagedsim.Request | None] | None = None) -> torch.Tensor:
         """Self-driven: add new sequences to the cache (``final_lens`` go to the allocator),
-        then run :meth:`forward_prefill`; fp32 ``[S, V]`` last-token logits."""
+        then run :meth:`forward_prefill`; fp32 ``[S, V]`` last-token logits.
+
+        ``contents`` name each prompt's tokens for a prefix-caching allocator (the caller
+        vouches that ``token_ids`` are those tokens): the prefix it serves from the cache
+        is attended to, not computed."""
         self.check_cache(cache)
         if len(seq_ids) != len(token_ids):
             raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} prompts")
         final_lens = final_lens or [None] * len(seq_ids)
+        contents = contents or [None] * len(seq_ids)
         for seq_id, tokens in zip(seq_ids, token_ids, strict=True):
             if not tokens:
                 raise ValueError(f"sequence {seq_id!r}: empty prompt")
@@ -226,50 +234,88 @@ class Decoder:
                 raise ValueError(f"sequence {seq_id!r} is already in the cache "
                                  "(forward_prefill runs sequences allocated elsewhere)")
         added: list[SeqId] = []
+        starts: list[int] = []
         try:  # all or nothing: a failure frees what this call added
-            for seq_id, tokens, final in zip(seq_ids, token_ids, final_lens, strict=True):
-                cache.add(seq_id, len(tokens), final)
+            for seq_id, tokens, final, content in zip(seq_ids, token_ids, final_lens,
+                                                      contents, strict=True):
+                starts.append(cache.add(seq_id, len(tokens), final, content))
                 added.append(seq_id)
-            return self.forward_prefill(cache, seq_ids, token_ids)
+            return self.forward_prefill(cache, seq_ids, [list(t)[s:] for t, s in
+                                                         zip(token_ids, starts, strict=True)],
+                                        starts)
         except Exception:
             for seq_id in reversed(added):
                 cache.free(seq_id)
             raise
 
     def forward_prefill(self, cache: KVCache, seq_ids: Sequence[SeqId],
-                        token_ids: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Plan-driven: run whole prompts of sequences the allocator already holds (each
-        exactly ``len(tokens)`` slots) and write their K/V; fp32 ``[S, V]`` logits of
-        each prompt's last token. Nothing here touches the allocator."""
+                        token_ids: Sequence[Sequence[int]],
+                        starts: Sequence[int] | None = None) -> torch.Tensor:
+        """Plan-driven: run tokens of sequences the allocator already holds and write their
+        K/V; fp32 ``[S, V]`` logits of each sequence's last token given. Nothing here
+        touches the allocator.
+
+        ``token_ids[i]`` are the tokens at positions ``starts[i] ..`` of sequence ``i``,
+        which must hold exactly ``starts[i] + len(token_ids[i])`` slots. ``starts[i] > 0``
+        (default 0): the first ``starts[i]`` tokens' K/V is already in the cache (a prefix
+        cache's hit, or earlier chunks of a chunked prefill); the new tokens attend to it
+        and only they are written. Within a layer every sequence's K/V is written before
+        any is read, so a sequence may attend to blocks another one of the same call
+        fills (a prefix cache can hand out a block in the step that computes it).
+        """
         self.check_cache(cache)
         if len(seq_ids) != len(token_ids):
             raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} prompts")
-        for seq_id, tokens in zip(seq_ids, token_ids, strict=True):
+        starts = [0] * len(seq_ids) if starts is None else list(starts)
+        if len(starts) != len(seq_ids):
+            raise ValueError(f"{len(seq_ids)} sequence ids but {len(starts)} starts")
+        for seq_id, tokens, start in zip(seq_ids, token_ids, starts, strict=True):
+            if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+                raise ValueError(f"sequence {seq_id!r}: start must be an int >= 0, "
+                                 f"got {start!r}")
             if not tokens:
                 raise ValueError(f"sequence {seq_id!r}: empty prompt")
-            if cache.seq_len(seq_id) != len(tokens):
+            if cache.seq_len(seq_id) != start + len(tokens):
                 raise ValueError(f"sequence {seq_id!r} holds {cache.seq_len(seq_id)} slots, "
-                                 f"prompt has {len(tokens)} tokens")
+                                 f"start {start} + {len(tokens)} tokens given")
         lens = [len(t) for t in token_ids]
         x = self.embed[self._tokens([t for seq in token_ids for t in seq])]  # [T, E]
-        positions = torch.cat([torch.arange(n, device=x.device) for n in lens])  # [T]
-        slots = cache.slot_mapping(seq_ids)  # [T]
+        positions = torch.cat([torch.arange(s, s + n, device=x.device)
+                               for s, n in zip(starts, lens, strict=True)])  # [T]
+        slots = torch.cat([cache.slot_mapping([seq_id], s, s + n) for seq_id, s, n
+                           in zip(seq_ids, starts, lens, strict=True)])  # [T]
+        # Slots of the tokens already cached, per sequence (None: nothing cached).
+        prefix_slots = [cache.slot_mapping([seq_id], 0, s) if s else None
+                        for seq_id, s in zip(seq_ids, starts, strict=True)]
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, positions)
-            cache.write(li, k, v, slots)
-            attn = torch.cat([self._causal_sdpa(qs, ks, vs) for qs, ks, vs in
-                              zip(q.split(lens), k.split(lens), v.split(lens), strict=True)])
-            x = self._finish_layer(layer, x, attn)
+            cache.write(li, k, v, slots)  # all of them before any prefix is read back
+            attn = []
+            for qs, ks, vs, pre in zip(q.split(lens), k.split(lens), v.split(lens),
+                                       prefix_slots, strict=True):
+                if pre is None:
+                    attn.append(self._causal_sdpa(qs, ks, vs))
+                else:
+                    kp, vp = cache.read(li, pre)  # [start, KVH, D]
+                    attn.append(self._causal_sdpa(qs, torch.cat([kp, ks]), torch.cat([vp, vs])))
+            x = self._finish_layer(layer, x, torch.cat(attn))
         last = torch.tensor(list(itertools.accumulate(lens)), device=x.device) - 1
         return self._logits(x[last]).cpu()
 
     def _causal_sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """One prompt: ``q [T, H, D]``, ``k, v [T, KVH, D]`` -> ``[T, H, D]``."""
+        """One sequence's new tokens: ``q [T, H, D]`` at the last T positions of
+        ``k, v [P + T, KVH, D]`` (P tokens cached before them) -> ``[T, H, D]``."""
         group = self.config.num_heads // self.config.num_kv_heads
-        k = k.repeat_interleave(group, dim=1)  # [T, H, D]: query head h reads kv head h // G
+        k = k.repeat_interleave(group, dim=1)  # [P+T, H, D]: query head h reads kv head h // G
         v = v.repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
-                                             v.transpose(0, 1), is_causal=True)  # [H, T, D]
+        t, p = q.shape[0], k.shape[0] - q.shape[0]
+        if p == 0:
+            out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
+                                                 v.transpose(0, 1), is_causal=True)  # [H, T, D]
+        else:  # new token i sits at position p + i: it sees keys 0 .. p + i
+            mask = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(diagonal=p)
+            out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
+                                                 v.transpose(0, 1), attn_mask=mask)
         return out.transpose(0, 1)
 
     def decode(self, cache: KVCache, seq_ids: Sequence[SeqId],
