@@ -117,6 +117,9 @@ def simulate(
             continue
         plan = sched.schedule(now)
         if plan.is_empty:  # nothing ran: memory was only released, or all must wait
+            if on_step is not None and (plan.swap_ins or plan.swap_outs or plan.forks
+                                        or plan.cow_copies):
+                on_step(sched, plan)  # but K/V moved (a swap-in alone): executors must see it
             stalls = 0 if plan.rejected else stalls + 1  # a rejection is progress too
             if not (plan.frees or plan.preempted) and i < n:
                 now = max(now, reqs[i].arrival_s)  # idle until the next arrival
