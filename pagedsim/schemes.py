@@ -27,6 +27,7 @@ from .allocators.base import Allocator
 from .allocators.contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .allocators.paged import PagedAllocator
 from .allocators.prefix_cache import PrefixCachingAllocator
+from .allocators.radix import RadixAllocator
 from .allocators.vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator
 from .specs import ModelSpec, get_model
 from .validate import check_int
@@ -171,6 +172,16 @@ register(Scheme(
     "prefix-cache-dedup", "prefix caching that de-duplicates (vLLM v0): a block that fills "
     "with content already cached switches to the cached copy", "paged", "blocks",
     _prefix_cache(True)))
+
+
+def _radix(pool: PoolSpec) -> RadixAllocator:
+    return RadixAllocator(_paged(pool).num_blocks, pool.block_size)
+
+
+register(Scheme(
+    "radix", "RadixAttention (SGLang): full pages kept in a radix tree of token content, "
+    "lock counts on running paths, least recently used leaves evicted lazily", "paged",
+    "blocks", _radix))
 
 _RESERVATION_WORDS = {
     "max": "max_model_len slots per request",

@@ -6,6 +6,7 @@ from .base import Allocator, AppendResult, KVCopy, SlotUsage, SwappedGroup
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .paged import PagedAllocator
 from .prefix_cache import PrefixCachingAllocator
+from .radix import RadixAllocator
 from .vattention import VAttentionAllocator
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "KVCopy",
     "PagedAllocator",
     "PrefixCachingAllocator",
+    "RadixAllocator",
     "SlotUsage",
     "SwappedGroup",
     "VAttentionAllocator",
