@@ -76,6 +76,9 @@ class RealExecutor:
         self.request_of: dict[SeqId, Request] = {}  # the request each sequence serves
         self.pending: dict[SeqId, int] = {}  # sampled, K/V written by the next decode
         self.last_logits: dict[SeqId, torch.Tensor] = {}  # fp32 CPU [V]
+        #: What the last step computed: ``(request_id, seq_id, position, logits)`` for each
+        #: sequence that got a next token (logits fp32 CPU ``[V]`` predict ``position``).
+        self.step_logits: list[tuple[int, SeqId, int, torch.Tensor]] = []
         self.swapped: dict[int, SwappedKV] = {}  # id(SwappedGroup) -> its CPU copy
         self._released: list[tuple[int, int]] = []  # (start_slot, num_slots)
         self._contents: dict[int, list[int]] = {}  # request id -> token ids it names
@@ -162,6 +165,7 @@ class RealExecutor:
         """Carry out one plan; the scheduler has already updated the allocator."""
         cache = self.cache
         self.num_steps += 1
+        self.step_logits = []
         # Swap-out sources are released memory too; they are scrubbed after being read.
         swap_src = {c.src_slot + i for g in plan.swap_outs for c in g.out_copies
                     for i in range(c.num_slots)}
@@ -222,6 +226,7 @@ class RealExecutor:
                 self.request_of[item.seq_id] = request
                 self.last_logits[item.seq_id] = row
                 self.pending[item.seq_id] = self._next_token(request, len(full), row)
+                self.step_logits.append((request.request_id, item.seq_id, len(full), row))
         # 7. Decodes: each sequence's pending token goes into the slot the plan gave it.
         if plan.decode_seq_ids:
             ids = plan.decode_seq_ids
@@ -232,8 +237,10 @@ class RealExecutor:
             for seq_id, tok, row in zip(ids, toks, logits, strict=True):
                 self.tokens[seq_id].append(tok)
                 self.last_logits[seq_id] = row
-                self.pending[seq_id] = self._next_token(self.request_of[seq_id],
-                                                        len(self.tokens[seq_id]), row)
+                request = self.request_of[seq_id]
+                self.pending[seq_id] = self._next_token(request, len(self.tokens[seq_id]), row)
+                self.step_logits.append((request.request_id, seq_id, len(self.tokens[seq_id]),
+                                         row))
         # Forget finished requests' sequences (their memory is freed next step) and
         # rejected ones' (already freed by the scheduler).
         for rid in (*plan.finished, *plan.rejected):

@@ -404,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     d = MeasureConfig()
     parser.add_argument("--schemes", default=",".join(d.schemes),
                         help="comma-separated pagedsim schemes (default: %(default)s)")
-    parser.add_argument("--workload", default=d.workload, choices=WORKLOADS)
+    parser.add_argument("--workload", default=d.workload,
+                        help=f"one of {', '.join(WORKLOADS)} (default: %(default)s)")
     parser.add_argument("--shared-tokens", type=int, default=d.shared_tokens,
                         help="sharing workloads: tokens of the shared system prompt / shots")
     parser.add_argument("--prefix-groups", type=int, default=d.prefix_groups,
