@@ -40,11 +40,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from ..errors import OutOfMemoryError
-from ..prompts import block_key, chain_hash
+from ..prompts import chain_hash
 from ..validate import check_int
 from ..workload import Request
 from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
+from .fast_usage import usage_by_last_blocks
 from .paged import PagedAllocator, _Seq
+from .prefix_chain import block_key_fast, extend_chain, named_tokens
 
 #: How many requests' hash chains are remembered (hashes are computed once per request and
 #: sequence, as vLLM computes a request's block hashes once when it arrives).
@@ -100,10 +102,8 @@ class PrefixCachingAllocator(PagedAllocator):
         else:
             memo.move_to_end(key)
         hashes = entry[1]
-        bs = self.block_size
-        while len(hashes) < num_blocks:
-            parent = hashes[-1] if hashes else 0
-            hashes.append(chain_hash(parent, block_key(content, bs, len(hashes), branch)))
+        if len(hashes) < num_blocks:
+            extend_chain(content, self.block_size, branch, hashes, num_blocks)
         return hashes if len(hashes) == num_blocks else hashes[:num_blocks]
 
     def _hits(self, hashes: list[int], most_blocks: int) -> list[int]:
@@ -145,6 +145,31 @@ class PrefixCachingAllocator(PagedAllocator):
                 self.on_release(b * self.block_size, self.block_size)
         return b
 
+    def _take_many(self, k: int) -> list[int]:
+        """``k`` blocks from the head of the free queue, each with reference count 1 (the
+        body of :meth:`_take`, inlined: an admission takes hundreds of blocks)."""
+        popitem, names, hook = self._free.popitem, self._hash, self.on_release
+        ref, bs, cached = self._ref, self.block_size, self._cached
+        out = []
+        evicted = 0
+        for _ in range(k):
+            b = popitem(last=False)[0]
+            h = names[b]
+            if h is not None:  # evict it (the body of _drop_hash)
+                blocks = cached[h]
+                del blocks[b]
+                if not blocks:
+                    del cached[h]
+                names[b] = None
+                evicted += 1
+                if hook is not None:
+                    hook(b * bs, bs)
+            ref[b] = 1
+            out.append(b)
+        self._num_cached_free -= evicted
+        self.evicted_blocks += evicted
+        return out
+
     def _drop_hash(self, b: int, h: int) -> None:
         blocks = self._cached[h]
         del blocks[b]
@@ -171,7 +196,8 @@ class PrefixCachingAllocator(PagedAllocator):
         hashes = seq.hashes
         if h is None:
             parent = hashes[-1] if hashes else 0
-            h = chain_hash(parent, block_key(seq.content, self.block_size, index, seq.branch))
+            h = chain_hash(parent, block_key_fast(seq.content, self.block_size, index,
+                                                  seq.branch, named_tokens(seq.content)))
         hashes.append(h)
         b = seq.table[index]
         if self._hash[b] is not None:  # a hit, or shared with a sibling: named already
@@ -241,22 +267,30 @@ class PrefixCachingAllocator(PagedAllocator):
             for b in hit:
                 self._touch(b)
         siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
+        names, cached = self._hash, self._cached
         for seq_id, (hit, shared, chain) in zip(seq_ids, plans, strict=True):
             table = list(hit)
             for j in range(len(hit), shared):
                 b = siblings[chain[j]]
                 self._touch(b)
                 table.append(b)
-            for _ in range(shared, n):
-                b = self._take()
-                self._ref[b] = 1
-                table.append(b)
-            seq = _CSeq(table, num_tokens, final_len, content, _branch(seq_id), [],
-                        shared * bs)
-            self._seqs[seq_id] = seq
+            if shared < n:
+                table += self._take_many(n - shared)
+            self._seqs[seq_id] = _CSeq(table, num_tokens, final_len, content,
+                                       _branch(seq_id), list(chain), shared * bs)
             self._num_logical_blocks += n
-            for j, h in enumerate(chain):  # name every full block
-                siblings[h] = self._filled(seq, j, h)
+            # Name the full blocks this sequence fills (hits and siblings' are named):
+            # the body of _filled without dedup, inlined (the admission hot path).
+            for j in range(shared, len(chain)):
+                b, h = table[j], chain[j]
+                names[b] = h
+                blocks = cached.get(h)
+                if blocks is None:
+                    cached[h] = {b: None}
+                else:
+                    blocks[b] = None
+            if len(seq_ids) > 1:
+                siblings.update(zip(chain, table[:len(chain)], strict=True))
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
@@ -271,6 +305,19 @@ class PrefixCachingAllocator(PagedAllocator):
                 f"{num_tokens} tokens, {len(self._free)} free or cached")
 
     # --------------------------------------------------------------- growing
+    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
+        """As the paged pool's; a lone sequence (every decode of a request without
+        samples or beams) is answered without building the sharers' count."""
+        if type(seq_ids) is list and len(seq_ids) == 1:
+            try:
+                seq = self._seqs[seq_ids[0]]
+            except (KeyError, TypeError):
+                raise ValueError(f"unknown sequence id {seq_ids[0]!r}") from None
+            if seq.num_tokens % self.block_size and self._ref[seq.table[-1]] == 1:
+                return True  # room in its private last block
+            return bool(self._free)
+        return super().can_append_all(seq_ids)
+
     def append_slot(self, seq_id: SeqId) -> AppendResult:
         """Room for one new token (copy-on-write of a shared partial last block); a block
         that becomes full is named by its hash and so becomes reusable."""
@@ -395,9 +442,12 @@ class PrefixCachingAllocator(PagedAllocator):
 
     # ------------------------------------------------------------- accounting
     def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
-        """As the paged pool's, plus the cached blocks (``cached_slots``)."""
-        return replace(super().usage(final_lens),
-                       cached_slots=self._num_cached_free * self.block_size)
+        """As the paged pool's (same numbers), plus the cached blocks (``cached_slots``);
+        one visit per sequence, not per block (:func:`.fast_usage.usage_by_last_blocks`)."""
+        return usage_by_last_blocks(self._seqs, self._ref, self.block_size,
+                                    self.num_blocks - len(self._free),
+                                    self._num_logical_blocks, final_lens,
+                                    cached_slots=self._num_cached_free * self.block_size)
 
     @property
     def num_free_slots(self) -> int:
@@ -423,6 +473,9 @@ class PrefixCachingAllocator(PagedAllocator):
 
     def check_invariants(self) -> None:
         super().check_invariants()
+        slow = replace(PagedAllocator.usage(self), cached_slots=self._num_cached_free
+                       * self.block_size)
+        assert self.usage() == slow, f"fast usage {self.usage()} != {slow}"
         hashes = self._hash
         for h, blocks in self._cached.items():
             assert blocks, f"hash {h} maps to no block"
