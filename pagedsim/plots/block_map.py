@@ -325,11 +325,13 @@ def _draw_tables(ax: Axes, snap: dict, color_of: Mapping[Hashable, str]) -> None
         n += 1
     free = snap["free_blocks"]
     more = ", …" if len(free) > 4 else ""
-    if "cached_blocks" in snap:  # a prefix cache's free queue: taken from its head
+    if snap.get("kind") == "prefix-cache":  # one free queue, cached blocks included: head first
         nxt = ", ".join(str(b) for b in free[:4])
         line(n, f"free queue: {len(free)} blocks, {len(snap['cached_blocks'])} cached"
                 + (f" (next: {nxt}{more})" if free else ""), color="#555555")
         return
     nxt = ", ".join(str(b) for b in free[::-1][:4])  # the free list is a stack: pops from the end
-    line(n, f"free list: {len(free)} blocks" + (f" (next: {nxt}{more})" if free else ""),
-         color="#555555")
+    in_tree = (f"; {len(snap['cached_blocks'])} cached in the tree" if snap.get("kind") == "radix"
+               else "")
+    line(n, f"free list: {len(free)} blocks" + (f" (next: {nxt}{more})" if free else "")
+            + in_tree, color="#555555")

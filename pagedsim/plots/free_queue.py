@@ -33,7 +33,7 @@ def queue_order(allocator_or_snapshot: Any) -> list[tuple[int, bool]]:
     (:meth:`pagedsim.allocators.prefix_cache.PrefixCachingAllocator.snapshot`).
     """
     snap = as_snapshot(allocator_or_snapshot)
-    if "cached_blocks" not in snap:
+    if snap.get("kind") != "prefix-cache":  # radix keeps cached pages in its tree instead
         raise TypeError(f"a {snap.get('kind', 'pool')!r} snapshot has no free queue of cached "
                         "blocks: draw a prefix-cache allocator (scheme prefix-cache)")
     cached = set(snap["cached_blocks"])
