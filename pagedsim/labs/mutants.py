@@ -18,12 +18,14 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from .meta import MARKER_RE, LabError, LabInfo
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_IMPORT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +96,17 @@ def load_mutants(lab: LabInfo) -> list[Mutant]:
     if spec is None or spec.loader is None:
         raise LabError(f"{path}: cannot be imported")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses defined there look their module up
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise LabError(f"{path}: importing it failed: {type(exc).__name__}: {exc}") from None
-    finally:
-        sys.modules.pop(module_name, None)
+    # Graders may run in threads (tests/test_labs.py): one import at a time, since the
+    # module sits in sys.modules under a fixed name while it runs.
+    with _IMPORT_LOCK:
+        sys.modules[module_name] = module  # dataclasses defined there look their module up
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise LabError(f"{path}: importing it failed: {type(exc).__name__}: {exc}"
+                           ) from None
+        finally:
+            sys.modules.pop(module_name, None)
     mutants = getattr(module, "MUTANTS", None)
     if not isinstance(mutants, (list, tuple)) or not all(isinstance(m, Mutant) for m in mutants):
         raise LabError(f"{path}: MUTANTS must be a list of pagedsim.labs.mutants.Mutant")
