@@ -231,8 +231,8 @@ def test_any_budget_matches_pagedsim_kv_budget(shape: tuple[int, ...], memory_gi
         assume(False)  # no block fits: test_no_block_fits_is_refused covers that
         return
     budget = adapters.kv_budget(shape, memory, utilization, weights, GiB, block_size, num_gpus)
-    assert budget == {"kv_cache_bytes": oracle.kv_cache_bytes,
-                      "bytes_per_token": oracle.bytes_per_token,
+    assert abs(budget.pop("kv_cache_bytes") - oracle.kv_cache_bytes) <= 1  # see task 1.2
+    assert budget == {"bytes_per_token": oracle.bytes_per_token,
                       "bytes_per_block": oracle.bytes_per_block,
                       "num_blocks": oracle.num_blocks, "max_tokens": oracle.max_tokens}
 
