@@ -7,10 +7,11 @@ Every step the scheduler:
 2. runs what its policy allows (``SchedulerConfig.policy``):
 
    * ``v0`` (the default, vLLM v0 as in the paper): if nothing is swapped out, admit
-     waiting requests in arrival order (FCFS) and prefill them with the whole token
-     budget; a step that prefills does not decode. Otherwise decode one token for every
-     running sequence, oldest request first, and if nothing was preempted bring swapped
-     requests back, oldest first;
+     waiting requests in queue order (``SchedulerConfig.order``: FCFS, or ``lpm``'s
+     longest cached prefix first) and prefill them with the whole token budget; a step
+     that prefills does not decode. Otherwise decode one token for every running
+     sequence, oldest request first, and if nothing was preempted bring swapped requests
+     back, oldest first;
    * ``chunked`` (vLLM v1, Sarathi-Serve): decode every running sequence and give
      partly prefilled requests their next chunk, oldest first; bring swapped requests
      back; then admit waiting requests into what is left of the token budget, a long
@@ -61,6 +62,7 @@ from collections.abc import Iterable
 from .allocators.base import Allocator, SeqId
 from .plan import ForkItem, PrefillItem, SequenceGroup, StepPlan
 from .scheduler_config import POLICIES, PREEMPTION_MODES, BeamModel, SchedulerConfig
+from .waiting_order import order_waiting
 from .workload import Request
 
 # The configuration lives in its own module; these names stay importable from here.
@@ -83,16 +85,13 @@ class Scheduler:
         self._next_seq = 0
         self._to_free: list[SeqId] = []  # released at the start of the next step
         self._children: dict[int, list[SeqId]] = {}  # request id -> samples to fork
-        self.num_preemptions = 0
-        self.num_rejected = 0
+        self.num_preemptions = self.num_rejected = 0
         # Memory only comes back when the scheduler releases some: count releases, and
         # skip re-trying an admission that failed since the last one (the simulator's hot
         # path: a saturated run tries the head of the queue at every step).
         self._releases = 0
         self._blocked: tuple[SequenceGroup, int, int] | None = None  # group, chunk, epoch
-        self.num_swaps_out = 0
-        self.num_swaps_in = 0
-        self.num_cow_copies = 0
+        self.num_swaps_out = self.num_swaps_in = self.num_cow_copies = 0
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup:
@@ -159,7 +158,6 @@ class Scheduler:
         for victim in sorted(victims, key=lambda g: g.request.arrival_s, reverse=True):
             if victim.status == "waiting":
                 self.waiting.appendleft(victim)
-
 
         # 5. Count the sampled tokens and decide what the next step does.
         self._after_sampling(plan, now_s)
@@ -363,7 +361,7 @@ class Scheduler:
         return sum(len(g.seq_ids) for g in self.running)
 
     def _admit(self, plan: StepPlan, now_s: float, budget: int, chunked: bool = False) -> None:
-        """Admit waiting requests in arrival order (FCFS) within ``budget`` prefill tokens.
+        """Admit waiting requests in queue order (``order``) within ``budget`` prefill tokens.
 
         ``chunked``: a single-sequence request whose prefill exceeds what is left of the
         budget starts with a chunk (the rest follows in later steps); otherwise a prompt
@@ -371,6 +369,7 @@ class Scheduler:
         (a preempted request's prompt plus its generated tokens) runs alone.
         """
         cfg = self.config
+        order_waiting(self.waiting, self.allocator, cfg.order)
         num_seqs = self._num_running_seqs()
         while self.waiting:
             group = self.waiting[0]

@@ -2,7 +2,8 @@
 
 :class:`SchedulerConfig` holds vLLM v0's limits (``max_num_seqs``,
 ``max_num_batched_tokens``, the watermark), the preemption mode, the scheduling policy
-(see :mod:`pagedsim.scheduler`) and the CPU swap pool; :class:`BeamModel` decides which
+(see :mod:`pagedsim.scheduler`), the order of the waiting queue (see
+:mod:`pagedsim.waiting_order`) and the CPU swap pool; :class:`BeamModel` decides which
 beams survive a beam-search step.
 """
 
@@ -18,6 +19,9 @@ PREEMPTION_MODES = ("recompute", "swap")
 #: Scheduling policies: ``v0`` (vLLM v0, the paper's: a step prefills or decodes) and
 #: ``chunked`` (vLLM v1 / Sarathi-Serve: decodes first, prefill chunks fill the budget).
 POLICIES = ("v0", "chunked")
+#: Orders of the waiting queue: ``fcfs`` (arrival order) and ``lpm`` (SGLang's longest
+#: prefix match first, FCFS above 128 waiting); see :mod:`pagedsim.waiting_order`.
+ORDERS = ("fcfs", "lpm")
 
 
 @dataclass(slots=True)
@@ -32,6 +36,7 @@ class SchedulerConfig:
     beam_decay: float = 0.5  # beam search parent model, see BeamModel
     seed: int = 0  # beam search randomness
     policy: str = "v0"  # see POLICIES
+    order: str = "fcfs"  # see ORDERS
 
     def __post_init__(self) -> None:
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
@@ -44,6 +49,7 @@ class SchedulerConfig:
             raise ValueError(f"beam_decay must be in (0, 1], got {self.beam_decay!r}")
         check_int("seed", self.seed, minimum=0)
         check_choice("policy", self.policy, POLICIES)
+        check_choice("order", self.order, ORDERS)
 
 
 class BeamModel:

@@ -1,8 +1,11 @@
 """The radix scheme (SGLang's RadixAttention): vLLM's prefix-caching scenarios run on it,
 the tree's own behaviour (splits, LRU leaves, lock counts along paths, de-duplication on
-insert), and a state machine driving both caching schemes with real prompt content."""
+insert), a state machine driving both caching schemes with real prompt content, and the
+``lpm`` order of the waiting queue."""
 
 from __future__ import annotations
+
+from collections import deque
 
 import pytest
 from hypothesis import settings
@@ -13,9 +16,12 @@ from pagedsim import account
 from pagedsim.accounting import CATEGORIES
 from pagedsim.allocators import RadixAllocator
 from pagedsim.errors import OutOfMemoryError
+from pagedsim.plan import SequenceGroup
 from pagedsim.prompts import block_hashes
+from pagedsim.scheduler import Scheduler, SchedulerConfig
 from pagedsim.schemes import make_allocator
 from pagedsim.testing.allocator_machine import apply_copies
+from pagedsim.waiting_order import LPM_MAX_WAITING, order_waiting
 from pagedsim.workload import Request
 
 BS = 16
@@ -465,3 +471,55 @@ TestPrefixCacheContent = PrefixCacheContentMachine.TestCase
 TestPrefixCacheDedupContent = PrefixCacheDedupContentMachine.TestCase
 for _case in (TestRadixContent, TestPrefixCacheContent, TestPrefixCacheDedupContent):
     _case.settings = settings(_case.settings, stateful_step_count=50)
+
+
+# ------------------------------------------------------------ the lpm order
+def _cached_pool(*requests: Request) -> RadixAllocator:
+    """A radix pool whose tree holds the prompts of ``requests`` (admitted, then freed)."""
+    a = RadixAllocator(64, BS)
+    for i, r in enumerate(requests):
+        assert admit(a, 10_000 + i, r)
+        a.free(10_000 + i)
+    return a
+
+
+def test_lpm_admits_the_longest_cached_prefix_first():
+    cached = req(1, (10, 11, 12, 13))
+    first, second = req(2, (20, 21, 22)), req(3, (10, 11, 30))  # the second hits 2 blocks
+    admitted = {}
+    for order in ("fcfs", "lpm"):
+        sched = Scheduler(_cached_pool(cached), SchedulerConfig(max_num_seqs=1, order=order))
+        sched.add_requests([first, second])
+        plan = sched.schedule()
+        admitted[order] = [(p.request_id, p.start) for p in plan.prefills]
+    assert admitted == {"fcfs": [(2, 0)], "lpm": [(3, 2 * BS)]}
+
+
+def test_lpm_keeps_preempted_requests_first_and_ties_in_arrival_order():
+    a = _cached_pool(req(1, (10, 11, 12, 13)))
+    groups = [SequenceGroup(req(2, (20, 21)), [1]), SequenceGroup(req(3, (10, 30)), [2]),
+              SequenceGroup(req(4, (10, 11, 31)), [3]), SequenceGroup(req(5, (10, 32)), [4]),
+              SequenceGroup(req(6, (40, 41)), [5], num_preemptions=1)]
+    waiting = deque(groups)
+    order_waiting(waiting, a, "lpm")
+    assert [g.request.request_id for g in waiting] == [6, 4, 3, 5, 2]
+    order_waiting(waiting, a, "fcfs")  # fcfs leaves the queue alone
+    assert [g.request.request_id for g in waiting] == [6, 4, 3, 5, 2]
+    with pytest.raises(ValueError, match="lpm"):
+        SchedulerConfig(order="longest")
+
+
+def test_lpm_serves_fcfs_when_more_than_128_wait():
+    a = _cached_pool(req(1, (10, 11, 12, 13)))
+    groups = [SequenceGroup(req(2 + i, (100 + i, 200 + i)), [1 + i])
+              for i in range(LPM_MAX_WAITING - 1)]
+    hit = SequenceGroup(req(1000, (10, 11, 12, 14)), [999])  # arrives last, hits 3 blocks
+    waiting = deque([*groups, hit])
+    assert len(waiting) == LPM_MAX_WAITING == 128
+    order_waiting(waiting, a, "lpm")
+    assert waiting[0] is hit  # 128 waiting: sorted
+    waiting.append(SequenceGroup(req(2000, (300, 301)), [2000]))
+    order_waiting(waiting, a, "lpm")  # 129 waiting: FCFS again, the earlier sort undone
+    assert waiting[0] is groups[0] and waiting[-2] is hit
+    assert [g.request.request_id for g in waiting] == sorted(
+        g.request.request_id for g in waiting)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..budget import BUDGET_PRESETS, PAPER_OPT_13B, get_budget_preset
 from ..scheduler import POLICIES, PREEMPTION_MODES
+from ..scheduler_config import ORDERS
 from ..specs import GPUS, MODELS
 from ..traces import ON_TOO_LONG, TraceError
 from ..units import GiB
@@ -151,6 +152,10 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                    help="scheduling policy: v0 (default, the paper's vLLM: a step prefills "
                         "or decodes) or chunked (vLLM v1: decodes first, prompts split "
                         "into chunks that fill the token budget)")
+    p.add_argument("--order", default="fcfs", choices=ORDERS,
+                   help="order of the waiting queue: fcfs (default, arrival order) or lpm "
+                        "(SGLang's longest prefix match: the request whose prompt the prefix "
+                        "cache holds most of first; FCFS when more than 128 wait)")
     p.add_argument("--swap-gb", type=gib_to_bytes, default=4 * GiB, metavar="GIB",
                    help="CPU swap space in GiB for preemption by swap (default 4, vLLM's)")
     p.add_argument("--seed", type=whole, default=0, metavar="SEED",
@@ -198,7 +203,7 @@ def experiment(args: argparse.Namespace, workload: str | None = None,
         **memory_setting(args),
         workload=workload, seed=args.seed, n=args.n, beam_width=args.beam_width,
         block_size=args.block_size, preemption=args.preemption or preemption,
-        policy=args.policy,
+        policy=args.policy, order=args.order,
         swap_bytes=args.swap_gb, on_too_long=args.on_too_long or "clip",
         skip_zero_output=args.skip_zero_output,
     )

@@ -17,6 +17,7 @@ from ..accounting import CATEGORIES
 from ..budget import PAPER_OPT_13B, kv_budget, preset_of
 from ..cost import CostModel
 from ..scheduler import POLICIES, PREEMPTION_MODES, SchedulerConfig
+from ..scheduler_config import ORDERS
 from ..schemes import get_scheme
 from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
 from ..specs import get_gpu, get_model
@@ -91,6 +92,7 @@ class Experiment:
     block_size: int = 16
     preemption: str = "recompute"
     policy: str = "v0"  # scheduler policy: v0 or chunked (see pagedsim.scheduler)
+    order: str = "fcfs"  # waiting-queue order: fcfs or lpm (see pagedsim.waiting_order)
     swap_bytes: int = 4 * GiB
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
@@ -118,6 +120,7 @@ class Experiment:
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
         check_choice("preemption", self.preemption, PREEMPTION_MODES)
         check_choice("policy", self.policy, POLICIES)
+        check_choice("order", self.order, ORDERS)
         check_choice("on_too_long", self.on_too_long, ON_TOO_LONG)
         if not isinstance(self.skip_zero_output, bool):
             raise TypeError(f"skip_zero_output must be True or False, "
@@ -177,7 +180,7 @@ class Experiment:
         batched = self.max_num_batched_tokens or max(2048, model.max_model_len)
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=batched,
-            preemption=self.preemption, seed=self.seed, policy=self.policy,
+            preemption=self.preemption, seed=self.seed, policy=self.policy, order=self.order,
             cpu_swap_slots=self.swap_bytes // model.bytes_per_token,
         )
 
@@ -321,7 +324,8 @@ class Experiment:
         pre = ("preemption swept (recompute, swap)" if "preemption" in swept
                else self.preemption_text())
         return (f"{self.model} on {gpus}{preset}, {pool}, {wl}{extra}, seed {self.seed}, "
-                f"{pre}, {self.policy} scheduling")
+                f"{pre}, {self.policy} scheduling"
+                + (f", {self.order} order" if self.order != "fcfs" else ""))
 
 
 #: Fields :meth:`Experiment.label` can name as swept.

@@ -58,6 +58,8 @@ def figure2_mismatches(exp: Experiment) -> list[str]:
         out.append(f"block size {exp.block_size}")
     if exp.policy != "v0":
         out.append(f"{exp.policy} scheduling")
+    if exp.order != "fcfs":
+        out.append(f"{exp.order} order")
     return out
 
 
