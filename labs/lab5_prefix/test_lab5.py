@@ -17,6 +17,7 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 import adapters
 import pytest
@@ -386,12 +387,12 @@ class Oracle:
         self.block_size = block_size
         self._ids = itertools.count()
 
-    def _request(self, tokens: list[int], future: list[int] = ()) -> Request:
+    def _request(self, tokens: Sequence[int], future: Sequence[int] = ()) -> Request:
         return Request(next(self._ids), 0.0, len(tokens), max(len(future), 1),
                        prompt_pieces=tuple(tokens) + tuple(future), prompt_piece_tokens=1,
                        output_in_pieces=bool(future))
 
-    def allocate(self, seq_id: int, tokens: list[int], future: list[int] = ()) -> int:
+    def allocate(self, seq_id: int, tokens: Sequence[int], future: Sequence[int] = ()) -> int:
         if not self.alloc.allocate_group([seq_id], len(tokens),
                                          content=self._request(tokens, future)):
             raise OOM(f"sequence {seq_id} does not fit")
