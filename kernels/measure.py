@@ -96,6 +96,7 @@ class MeasureConfig:
     block_size: int = 4
     preemption: str = "recompute"
     policy: str = "v0"  # the scheduler's: v0 | chunked
+    max_num_batched_tokens: int = 2048  # the scheduler's token budget per step
     # Sharing workloads: prompt sizes from prompt_len_range (the part after the shared
     # prefix; a multi-turn chat's new message), outputs from output_len_range.
     shared_tokens: int = 16  # system-prompt: the system prompt; few-shot: the shots
@@ -115,7 +116,7 @@ class MeasureConfig:
             raise ValueError("schemes must name at least one scheme")
         check_choice("workload", self.workload, WORKLOADS)
         for name in ("num_requests", "num_blocks", "block_size", "max_model_len", "n",
-                     "beam_width", "shared_tokens", "prefix_groups"):
+                     "beam_width", "shared_tokens", "prefix_groups", "max_num_batched_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -213,7 +214,8 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     cost = pagedsim.CostModel(spec, gpu)
     sched_cfg = pagedsim.SchedulerConfig(preemption=cfg.preemption,
                                          cpu_swap_slots=cfg.cpu_swap_slots, seed=cfg.seed,
-                                         policy=cfg.policy)
+                                         policy=cfg.policy,
+                                         max_num_batched_tokens=cfg.max_num_batched_tokens)
 
     # 1. The simulator alone.
     sim_allocator = _allocator(cfg, scheme)
@@ -411,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix-groups", type=int, default=d.prefix_groups,
                         help="sharing workloads: system prompts, shot sets or conversations")
     parser.add_argument("--policy", choices=["v0", "chunked"], default=d.policy)
+    parser.add_argument("--max-batched-tokens", type=int, default=d.max_num_batched_tokens,
+                        help="tokens one step may run (chunked: prompts split to fit)")
     parser.add_argument("--num-requests", type=int, default=d.num_requests)
     parser.add_argument("--rate", type=float, default=d.rate_per_s, help="requests per second")
     parser.add_argument("--n", type=int, default=d.n, help="parallel samples per request")
@@ -448,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             n=args.n, beam_width=args.beam_width, max_model_len=args.max_model_len,
             num_blocks=args.num_blocks, block_size=args.block_size,
             preemption=args.preemption, seed=args.seed, model=model, backend=args.backend,
-            policy=args.policy, shared_tokens=args.shared_tokens,
+            policy=args.policy, max_num_batched_tokens=args.max_batched_tokens,
+            shared_tokens=args.shared_tokens,
             prefix_groups=args.prefix_groups)
         from . import INFO
 
