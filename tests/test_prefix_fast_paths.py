@@ -81,6 +81,8 @@ def _random_walk(alloc: PagedAllocator, rng: random.Random, steps: int) -> None:
                 alloc.append_slot(s)
         else:
             alloc.free(live.pop(rng.randrange(len(live))))
+        if isinstance(alloc, PrefixCachingAllocator):
+            alloc.check_invariants()
         usage = alloc.usage()
         walked = PagedAllocator.usage(alloc)
         assert (usage.token_slots, usage.reserved_slots, usage.internal_frag_slots,
@@ -119,3 +121,27 @@ def test_can_append_all_of_one_sequence_matches_the_general_count() -> None:
                                              <= a.num_free_blocks)
     with pytest.raises(ValueError, match="unknown sequence id 9"):
         a.can_append_all([9])
+
+
+def test_a_duplicate_takes_over_when_the_first_copy_is_evicted() -> None:
+    """v1 keeps duplicates: a prompt of exactly two full blocks computes its second block
+    again (last-token rule), so two blocks hold that content; evicting the one lookups
+    find leaves the other to be found."""
+    a = PrefixCachingAllocator(8, 4)
+    two = Request(1, 0.0, 8, 4, prompt_pieces=(5, 6), prompt_piece_tokens=4)
+    three = Request(3, 0.0, 12, 4, prompt_pieces=(5, 6, 7), prompt_piece_tokens=4)
+    assert a.allocate_group([1], 8, 12, content=two)
+    assert a.allocate_group([2], 8, 12, content=two)
+    first, dup = a.block_table(1)[1], a.block_table(2)[1]
+    assert first != dup and a.block_hash(first) == a.block_hash(dup) is not None
+    a.check_invariants()
+    a.free(1)  # ``first`` joins the free queue, behind the never-used blocks
+    assert a.lookup_prefix(three, 12, 3) == 8
+    a.allocate(9, 4 * (a.num_free_blocks - a.num_cached_blocks))  # every never-used block
+    a.allocate(10, 4)  # the next block out of the queue is ``first``: evicted
+    assert a.block_table(10) == [first] and a.block_hash(first) is None
+    a.check_invariants()
+    assert a.lookup_prefix(three, 12, 3) == 8  # found through the duplicate
+    a.free(2)
+    a.allocate(11, 4)  # evicts block 1 of request 2's table, the chain's tail
+    a.check_invariants()

@@ -11,7 +11,8 @@ The pieces, named as in vLLM (``vllm/v1/core/block_pool.py``, ``kv_cache_manager
 * ``_free``, the *free queue*: every block with reference count 0, never-used and
   cached alike, least recently freed first; an ``OrderedDict`` gives O(1) remove (a hit
   takes a cached block out of the middle) and append. New blocks come from its head.
-* ``_cached``: hash -> the blocks holding that content (v1 keeps duplicates: two
+* ``_cached``: hash -> the block a lookup finds for that content, and ``_dups``: hash ->
+  the other blocks holding it, in the order they were named (v1 keeps duplicates: two
   requests that computed the same block before either finished; ``dedup=True`` makes a
   block that fills with content already cached switch to the cached copy instead, as
   vLLM v0 and SGLang do).
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from ..errors import OutOfMemoryError
 from ..prompts import chain_hash
@@ -47,6 +47,7 @@ from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
 from .fast_usage import usage_by_last_blocks
 from .paged import PagedAllocator, _Seq
 from .prefix_chain import block_key_fast, extend_chain, named_tokens
+from .prefix_checks import check_prefix_cache
 
 #: How many requests' hash chains are remembered (hashes are computed once per request and
 #: sequence, as vLLM computes a request's block hashes once when it arrives).
@@ -61,7 +62,9 @@ class _CSeq(_Seq):
     def __init__(self, table: list[int], num_tokens: int, final_len: int | None,
                  content: Request | None, branch: int, hashes: list[int],
                  hit_tokens: int = 0) -> None:
-        super().__init__(table, num_tokens, final_len)
+        self.table = table  # _Seq's three fields, set here: one call less per admission
+        self.num_tokens = num_tokens
+        self.final_len = final_len
         self.content = content  # None: content unknown, so its blocks are never cached
         self.branch = branch
         self.hashes = hashes  # hashes of its full blocks, in order (with content only)
@@ -84,7 +87,8 @@ class PrefixCachingAllocator(PagedAllocator):
         # The free queue, least recently freed first (block 0 first at the start).
         self._free = OrderedDict.fromkeys(range(self.num_blocks))  # type: ignore[assignment]
         self._hash: list[int | None] = [None] * self.num_blocks  # block -> its hash
-        self._cached: dict[int, dict[int, None]] = {}  # hash -> blocks with that content
+        self._cached: dict[int, int] = {}  # hash -> the block lookups find (named first)
+        self._dups: dict[int, list[int]] = {}  # hash -> later blocks with that content
         self._num_cached_free = 0  # blocks in the free queue that hold a hash
         self._memo: OrderedDict[tuple[int, int], tuple[Request, list[int]]] = OrderedDict()
         self.evicted_blocks = 0
@@ -108,13 +112,13 @@ class PrefixCachingAllocator(PagedAllocator):
 
     def _hits(self, hashes: list[int], most_blocks: int) -> list[int]:
         """The cached blocks of the longest prefix of ``hashes`` (at most ``most_blocks``)."""
-        cached = self._cached
+        get = self._cached.get
         out = []
         for h in hashes[:most_blocks]:
-            blocks = cached.get(h)
-            if not blocks:
+            b = get(h)
+            if b is None:
                 break
-            out.append(next(iter(blocks)))
+            out.append(b)
         return out
 
     def lookup_prefix(self, content: Request, num_tokens: int, seq_id: SeqId) -> int:
@@ -122,11 +126,13 @@ class PrefixCachingAllocator(PagedAllocator):
         blocks, at most ``num_tokens - 1``). Changes nothing but the hash memo."""
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        most = max(num_tokens - 1, 0) // self.block_size
+        bs = self.block_size
+        most = max(num_tokens - 1, 0) // bs
         if not most or not self._cached:
             return 0
-        return len(self._hits(self._chain(content, _branch(seq_id), most), most)) \
-            * self.block_size
+        # The whole chain the admission will want, so that it is hashed once.
+        return len(self._hits(self._chain(content, _branch(seq_id), num_tokens // bs),
+                              most)) * bs
 
     def prefix_hit_tokens(self, seq_id: SeqId) -> int:
         seq = self._get(seq_id)
@@ -149,18 +155,18 @@ class PrefixCachingAllocator(PagedAllocator):
         """``k`` blocks from the head of the free queue, each with reference count 1 (the
         body of :meth:`_take`, inlined: an admission takes hundreds of blocks)."""
         popitem, names, hook = self._free.popitem, self._hash, self.on_release
-        ref, bs, cached = self._ref, self.block_size, self._cached
+        ref, bs, cached, dups = self._ref, self.block_size, self._cached, self._dups
         out = []
         evicted = 0
         for _ in range(k):
             b = popitem(last=False)[0]
             h = names[b]
-            if h is not None:  # evict it (the body of _drop_hash)
-                blocks = cached[h]
-                del blocks[b]
-                if not blocks:
+            if h is not None:  # evict it (the common case of _drop_hash, inlined)
+                if cached[h] == b and h not in dups:
                     del cached[h]
-                names[b] = None
+                    names[b] = None
+                else:
+                    self._drop_hash(b, h)
                 evicted += 1
                 if hook is not None:
                     hook(b * bs, bs)
@@ -171,11 +177,26 @@ class PrefixCachingAllocator(PagedAllocator):
         return out
 
     def _drop_hash(self, b: int, h: int) -> None:
-        blocks = self._cached[h]
-        del blocks[b]
-        if not blocks:
-            del self._cached[h]
+        """Block ``b`` no longer holds the content named ``h``: out of the map (the next
+        duplicate, if any, becomes the block lookups find)."""
         self._hash[b] = None
+        dups = self._dups.get(h)
+        if self._cached[h] == b:
+            if dups:
+                self._cached[h] = dups.pop(0)
+            else:
+                del self._cached[h]
+        else:
+            dups.remove(b)  # type: ignore[union-attr]
+        if dups is not None and not dups:
+            del self._dups[h]
+
+    def _name(self, b: int, h: int) -> None:
+        """Block ``b`` now holds the content named ``h``: into the map (after any block
+        named so before it)."""
+        self._hash[b] = h
+        if self._cached.setdefault(h, b) != b:
+            self._dups.setdefault(h, []).append(b)
 
     def _touch(self, b: int) -> None:
         """One more reference to block ``b`` (a hit, or a fork); it leaves the free queue."""
@@ -202,9 +223,8 @@ class PrefixCachingAllocator(PagedAllocator):
         b = seq.table[index]
         if self._hash[b] is not None:  # a hit, or shared with a sibling: named already
             return b
-        blocks = self._cached.get(h)
-        if blocks and dedup and self._ref[b] == 1:
-            other = next(iter(blocks))
+        other = self._cached.get(h)
+        if other is not None and dedup and self._ref[b] == 1:
             self._touch(other)
             seq.table[index] = other
             self._ref[b] = 0
@@ -212,11 +232,7 @@ class PrefixCachingAllocator(PagedAllocator):
             if self.on_release is not None:
                 self.on_release(b * self.block_size, self.block_size)
             return other
-        self._hash[b] = h
-        if blocks is None:
-            self._cached[h] = {b: None}
-        else:
-            blocks[b] = None
+        self._name(b, h)
         return b
 
     # -------------------------------------------------------------- admission
@@ -230,6 +246,11 @@ class PrefixCachingAllocator(PagedAllocator):
         The sequences of one admission (a recomputed group) share the blocks their
         common prefix fills, as if each found the earlier one's blocks in the cache.
         """
+        if (content is not None and not fork_ids and type(seq_ids) is list
+                and len(seq_ids) == 1 and type(num_tokens) is int and num_tokens > 0
+                and type(final_len) is int and final_len >= num_tokens
+                and type(watermark) is float and seq_ids[0] not in self._seqs):
+            return self._admit_one(seq_ids[0], num_tokens, final_len, watermark, content)
         self._check_new_ids([*seq_ids, *fork_ids])
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
@@ -284,13 +305,52 @@ class PrefixCachingAllocator(PagedAllocator):
             for j in range(shared, len(chain)):
                 b, h = table[j], chain[j]
                 names[b] = h
-                blocks = cached.get(h)
-                if blocks is None:
-                    cached[h] = {b: None}
-                else:
-                    blocks[b] = None
+                if cached.setdefault(h, b) != b:
+                    self._dups.setdefault(h, []).append(b)
             if len(seq_ids) > 1:
                 siblings.update(zip(chain, table[:len(chain)], strict=True))
+        return True
+
+    def _admit_one(self, seq_id: SeqId, num_tokens: int, final_len: int, watermark: float,
+                   content: Request) -> bool:
+        """:meth:`allocate_group` of one new sequence with content, its arguments checked
+        already: the simulator's and the benchmark's hot path, written out flat."""
+        bs = self.block_size
+        n = -(-num_tokens // bs)
+        branch = _branch(seq_id)
+        chain = self._chain(content, branch, num_tokens // bs)
+        ref, free, cached = self._ref, self._free, self._cached
+        hit = []
+        held = 0  # hits some running sequence holds: they do not leave the free queue
+        get = cached.get
+        for h in chain[:(num_tokens - 1) // bs]:  # the last-token rule
+            b = get(h)
+            if b is None:
+                break
+            hit.append(b)
+            if ref[b]:
+                held += 1
+        if len(free) - (n - held) < self.watermark_blocks(watermark):
+            return False
+        k = len(hit)
+        for b in hit:  # hits leave the free queue first: no new block evicts them
+            r = ref[b]
+            if r == 0:
+                del free[b]
+            elif r == 1:
+                self._num_shared_blocks += 1
+            ref[b] = r + 1
+        self._num_cached_free -= k - held
+        table = hit + self._take_many(n - k) if k < n else hit
+        self._seqs[seq_id] = _CSeq(table, num_tokens, final_len, content, branch,
+                                   list(chain), k * bs)
+        self._num_logical_blocks += n
+        names = self._hash
+        for j in range(k, len(chain)):  # name the full blocks it fills (as _name does)
+            b, h = table[j], chain[j]
+            names[b] = h
+            if cached.setdefault(h, b) != b:
+                self._dups.setdefault(h, []).append(b)
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
@@ -386,18 +446,20 @@ class PrefixCachingAllocator(PagedAllocator):
         ref, free, hashes = self._ref, self._free, self._hash
         hook, bs = self.on_release, self.block_size
         table = seq.table
-        for i in range(len(table) - 1, -1, -1):
-            b = table[i]
+        cached = unshared = 0
+        for b in reversed(table):
             r = ref[b] - 1
             ref[b] = r
             if r == 0:
                 free[b] = None
                 if hashes[b] is not None:
-                    self._num_cached_free += 1
+                    cached += 1
                 elif hook is not None:
                     hook(b * bs, bs)
             elif r == 1:
-                self._num_shared_blocks -= 1
+                unshared += 1
+        self._num_cached_free += cached
+        self._num_shared_blocks -= unshared
         self._num_logical_blocks -= len(table)
 
     # --------------------------------------------------------------- swapping
@@ -473,25 +535,4 @@ class PrefixCachingAllocator(PagedAllocator):
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        slow = replace(PagedAllocator.usage(self), cached_slots=self._num_cached_free
-                       * self.block_size)
-        assert self.usage() == slow, f"fast usage {self.usage()} != {slow}"
-        hashes = self._hash
-        for h, blocks in self._cached.items():
-            assert blocks, f"hash {h} maps to no block"
-            for b in blocks:
-                assert hashes[b] == h, f"block {b} is in the map under a hash it does not hold"
-        named = sum(len(v) for v in self._cached.values())
-        assert named == sum(h is not None for h in hashes), "a named block is not in the map"
-        assert self._num_cached_free == sum(hashes[b] is not None for b in self._free)
-        for seq_id, seq in self._seqs.items():
-            if not isinstance(seq, _CSeq) or seq.content is None:
-                continue
-            full = seq.num_tokens // self.block_size
-            assert len(seq.hashes) == full, (
-                f"sequence {seq_id!r}: {len(seq.hashes)} hashes for {full} full blocks")
-            for j in range(full):
-                b = seq.table[j]
-                assert hashes[b] == seq.hashes[j], (
-                    f"sequence {seq_id!r}: full block {j} (block {b}) is named "
-                    f"{hashes[b]}, not {seq.hashes[j]}")
+        check_prefix_cache(self)
