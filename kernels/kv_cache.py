@@ -21,7 +21,7 @@ slots the new tokens go to, after carrying out any copy-on-write), ``run_copies`
 Unwritten slots hold NaN (a sentinel): a kernel that reads a slot nobody wrote gets
 NaN, and :meth:`KVCache.written_slots` counts the slots really written.
 
-Prefix caching (schemes ``prefix-cache``, ``prefix-cache-dedup``, and any other scheme of
+Prefix caching (schemes ``prefix-cache``, ``prefix-cache-dedup``, ``radix``: any scheme of
 the ``paged`` family whose allocator keeps blocks past their request) needs nothing of
 its own here: a :class:`PagedKVCache` simply reads the block tables its allocator hands
 out. A cached prefix block is an ordinary block of the pool whose K/V was written once,

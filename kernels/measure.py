@@ -26,10 +26,10 @@ can be compared at every step. For paged schemes measured token slots must equal
 simulated ``token`` slots; for contiguous ones the region buffers' bytes must equal
 simulated (token + reserved + internal fragmentation) slots x bytes per slot.
 
-Prefix caching (``prefix-cache``, ``prefix-cache-dedup``): a block whose requests have all
-ended keeps its K/V until it is evicted (only then does the allocator report it for
-scrubbing), and the account calls its slots ``cached``. Cached blocks are full blocks, so
-all their slots hold data, and the scan sees them. So the comparison is
+Prefix caching (``prefix-cache``, ``prefix-cache-dedup``, ``radix``): a block whose
+requests have all ended keeps its K/V until it is evicted (only then does the allocator
+report it for scrubbing), and the account calls its slots ``cached``. Cached blocks are
+full blocks, so all their slots hold data, and the scan sees them. So the comparison is
 
     meas_token_slots == sim_token + sim_cached    (token_gap_slots = the difference)
     meas_cached_slots == sim_cached               (cached_gap_slots = the difference)

@@ -1,4 +1,5 @@
-"""The real kernels with prefix caching (issue 11, item 7).
+"""The real kernels with prefix caching (issue 11, item 7): schemes ``prefix-cache``,
+``prefix-cache-dedup`` and ``radix``.
 
 * Measured vs simulated: with ``prefix-cache`` the slots the scan finds written are the
   live tokens' plus the cached blocks', at every step, hits and evictions included
@@ -76,6 +77,9 @@ def config(**kw) -> MeasureConfig:
     ("prefix-cache-dedup", dict(n=2)),
     ("prefix-cache", dict(workload="multi-turn", prefix_groups=6, prompt_len_range=(2, 6),
                           output_len_range=(2, 6), num_blocks=12)),
+    ("radix", dict(workload="few-shot", policy="chunked", max_num_batched_tokens=8)),
+    ("radix", dict(workload="multi-turn", prefix_groups=6, prompt_len_range=(2, 6),
+                   output_len_range=(2, 6), num_blocks=12)),
 ])
 def test_scan_equals_token_plus_cached_at_every_step(scheme, kw):
     m = measure_scheme(config(**kw), scheme, progress=False)
@@ -180,15 +184,17 @@ def test_cli_bad_workload_is_one_line(capsys):
 # ----------------------------------------------------------------- the caches
 def test_make_cache_and_for_scheme_accept_the_caching_schemes():
     decoder = Decoder(tiny())
-    for scheme in ("prefix-cache", "prefix-cache-dedup"):
+    schemes = ("prefix-cache", "prefix-cache-dedup", "radix")
+    for scheme in schemes:
         cache = decoder.make_cache(8, BS, scheme=scheme)
         assert isinstance(cache, PagedKVCache)
-        assert isinstance(cache.allocator, PrefixCachingAllocator)
-        cfg = KVCacheConfig(2, 2, 32, 8, BS)
+        assert type(cache.allocator) is type(pagedsim.make_allocator(scheme, 8 * BS, BS))
         assert kv_cache_class(scheme) is PagedKVCache
-        built = PagedKVCache.for_scheme(cfg, scheme)
-        assert isinstance(built.allocator, PrefixCachingAllocator)
-    assert MeasureConfig(schemes=("paged", "prefix-cache", "prefix-cache-dedup")).schemes
+        built = PagedKVCache.for_scheme(KVCacheConfig(2, 2, 32, 8, BS), scheme)
+        assert built.allocator.num_blocks == 8 and built.allocator.block_size == BS
+    assert isinstance(decoder.make_cache(8, BS, scheme="prefix-cache").allocator,
+                      PrefixCachingAllocator)
+    assert MeasureConfig(schemes=("paged", *schemes)).schemes
 
 
 def _tokens(request: pagedsim.Request, vocab: int) -> list[int]:
@@ -272,7 +278,7 @@ def assert_same_logits(cached: dict, plain: dict) -> None:
                                    msg=lambda m, key=key: f"request, position {key}: {m}")
 
 
-@pytest.mark.parametrize("scheme", ["prefix-cache", "prefix-cache-dedup"])
+@pytest.mark.parametrize("scheme", ["prefix-cache", "prefix-cache-dedup", "radix"])
 @pytest.mark.parametrize("policy", ["v0", "chunked"])
 @given(seed=st.integers(0, 2**31 - 1))
 @kernel_settings(max_examples=2)
@@ -289,15 +295,16 @@ def test_hits_give_the_logits_of_computing_everything(scheme, policy, seed):
     assert_same_logits(cached, plain)
 
 
+@pytest.mark.parametrize("scheme", ["prefix-cache", "radix"])
 @given(seed=st.integers(0, 2**31 - 1))
 @kernel_settings(max_examples=2)
-def test_multi_turn_hits_on_earlier_outputs_give_the_same_logits(seed):
+def test_multi_turn_hits_on_earlier_outputs_give_the_same_logits(scheme, seed):
     """A turn's prompt repeats the earlier turns' outputs: their blocks, filled during
     decode, are hits, and right only if the executor wrote the tokens the content names."""
     requests = multi_turn_requests(seed % 1000)
     model = tiny(seed)
     plain, _ = run_logits(requests, "paged", model, num_blocks=40)
-    cached, totals = run_logits(requests, "prefix-cache", model, num_blocks=40)
+    cached, totals = run_logits(requests, scheme, model, num_blocks=40)
     assert totals["hits"] > 0
     assert_same_logits(cached, plain)
 
