@@ -6,46 +6,38 @@ prefixes. When a request frees its blocks, the full ones keep their K/V and thei
 they are *cached*. A later request whose prompt starts with the same blocks finds them
 through the hash map and shares them (reference count + 1) instead of computing them.
 
-The pieces, named as in vLLM (``vllm/v1/core/block_pool.py``, ``kv_cache_manager.py``):
+The free queue, the hash map and lazy eviction are the block pool's
+(:mod:`pagedsim.allocators.block_pool`, as ``vllm/v1/core/block_pool.py``); this module is
+the manager on top (``kv_cache_manager.py``):
 
-* ``_free``, the *free queue*: every block with reference count 0, never-used and
-  cached alike, least recently freed first; an ``OrderedDict`` gives O(1) remove (a hit
-  takes a cached block out of the middle) and append. New blocks come from its head.
-* ``_cached``: hash -> the block a lookup finds for that content, and ``_dups``: hash ->
-  the other blocks holding it, in the order they were named (v1 keeps duplicates: two
-  requests that computed the same block before either finished; ``dedup=True`` makes a
-  block that fills with content already cached switch to the cached copy instead, as
-  vLLM v0 and SGLang do).
-* Lookup (:meth:`lookup_prefix`) walks the prompt's hash chain while the map has it:
-  whole blocks only, and at most ``num_tokens - 1`` tokens, since the last prompt token
-  must be computed to sample the first output token.
-* Admission (:meth:`allocate_group`) is all or nothing: it counts the hits, the new
-  blocks, and the hit blocks that must leave the free queue, before touching anything.
+* Lookup (:meth:`~PrefixCachingAllocator.lookup_prefix`) walks the prompt's hash chain
+  while the map has it: whole blocks only, and at most ``num_tokens - 1`` tokens, since
+  the last prompt token must be computed to sample the first output token. A request's
+  chain is hashed once and memoized, as vLLM hashes a request's blocks on arrival.
+* Admission (:meth:`~PrefixCachingAllocator.allocate_group`) is all or nothing: it counts
+  the hits, the new blocks, and the hit blocks that must leave the free queue, before
+  touching anything.
 * Blocks filled during decode get their hash too, so a preempted request that is
-  recomputed, or the next turn of a chat, finds them.
-* :meth:`free` returns a sequence's blocks *tail first*, so the tail of a chain sits
-  nearer the head of the free queue and is evicted before the chain's head (evicting a
-  head first would strand its tail: no lookup could reach it).
-* Eviction is lazy: a cached block is dropped from the map only when the free queue
-  hands it out for new content; ``on_release`` reports it then (not when it was freed,
-  since its K/V is still wanted until that moment).
-
-Accounting: blocks in the free queue with a hash are the ``cached`` category (free to take,
-but holding reusable K/V); the others are ``free``.
+  recomputed, or the next turn of a chat, finds them. ``dedup=True`` makes a block that
+  fills with content already cached switch to the cached copy, as vLLM v0 and SGLang do
+  (v1 keeps the duplicate).
+* :meth:`~PrefixCachingAllocator.free` returns a sequence's blocks *tail first*, so the
+  tail of a chain sits nearer the head of the free queue and is evicted before the
+  chain's head (evicting a head first would strand its tail: no lookup could reach it).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..errors import OutOfMemoryError
 from ..prompts import chain_hash
 from ..validate import check_int
 from ..workload import Request
-from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
-from .fast_usage import usage_by_last_blocks
-from .paged import PagedAllocator, _Seq
+from .base import AppendResult, KVCopy, SeqId, SwappedGroup
+from .block_pool import BlockPool
+from .paged import _Seq
 from .prefix_chain import block_key_fast, extend_chain, named_tokens
 from .prefix_checks import check_prefix_cache
 
@@ -76,7 +68,7 @@ def _branch(seq_id: SeqId) -> int:
     return seq_id if type(seq_id) is int else hash(seq_id)
 
 
-class PrefixCachingAllocator(PagedAllocator):
+class PrefixCachingAllocator(BlockPool):
     """A paged pool whose freed full blocks stay reusable until their memory is needed."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, dedup: bool = False) -> None:
@@ -84,16 +76,10 @@ class PrefixCachingAllocator(PagedAllocator):
         if not isinstance(dedup, bool):
             raise ValueError(f"dedup must be True or False, got {dedup!r}")
         self.dedup = dedup
-        # The free queue, least recently freed first (block 0 first at the start).
-        self._free = OrderedDict.fromkeys(range(self.num_blocks))  # type: ignore[assignment]
-        self._hash: list[int | None] = [None] * self.num_blocks  # block -> its hash
-        self._cached: dict[int, int] = {}  # hash -> the block lookups find (named first)
-        self._dups: dict[int, list[int]] = {}  # hash -> later blocks with that content
-        self._num_cached_free = 0  # blocks in the free queue that hold a hash
         self._memo: OrderedDict[tuple[int, int], tuple[Request, list[int]]] = OrderedDict()
-        self.evicted_blocks = 0
 
     # ------------------------------------------------------------ hash chains
+
     def _chain(self, content: Request, branch: int, num_blocks: int) -> list[int]:
         """The first ``num_blocks`` chained hashes of one sequence (memoized per request)."""
         key = (content.request_id, branch)
@@ -109,17 +95,6 @@ class PrefixCachingAllocator(PagedAllocator):
         if len(hashes) < num_blocks:
             extend_chain(content, self.block_size, branch, hashes, num_blocks)
         return hashes if len(hashes) == num_blocks else hashes[:num_blocks]
-
-    def _hits(self, hashes: list[int], most_blocks: int) -> list[int]:
-        """The cached blocks of the longest prefix of ``hashes`` (at most ``most_blocks``)."""
-        get = self._cached.get
-        out = []
-        for h in hashes[:most_blocks]:
-            b = get(h)
-            if b is None:
-                break
-            out.append(b)
-        return out
 
     def lookup_prefix(self, content: Request, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence that the cache holds now (whole
@@ -138,76 +113,7 @@ class PrefixCachingAllocator(PagedAllocator):
         seq = self._get(seq_id)
         return seq.hit_tokens if isinstance(seq, _CSeq) else 0
 
-    # -------------------------------------------------------- the free queue
-    def _take(self) -> int:
-        """The block at the head of the free queue; a cached one is evicted now."""
-        b, _ = self._free.popitem(last=False)
-        h = self._hash[b]
-        if h is not None:
-            self._drop_hash(b, h)
-            self._num_cached_free -= 1
-            self.evicted_blocks += 1
-            if self.on_release is not None:
-                self.on_release(b * self.block_size, self.block_size)
-        return b
-
-    def _take_many(self, k: int) -> list[int]:
-        """``k`` blocks from the head of the free queue, each with reference count 1 (the
-        body of :meth:`_take`, inlined: an admission takes hundreds of blocks)."""
-        popitem, names, hook = self._free.popitem, self._hash, self.on_release
-        ref, bs, cached, dups = self._ref, self.block_size, self._cached, self._dups
-        out = []
-        evicted = 0
-        for _ in range(k):
-            b = popitem(last=False)[0]
-            h = names[b]
-            if h is not None:  # evict it (the common case of _drop_hash, inlined)
-                if cached[h] == b and h not in dups:
-                    del cached[h]
-                    names[b] = None
-                else:
-                    self._drop_hash(b, h)
-                evicted += 1
-                if hook is not None:
-                    hook(b * bs, bs)
-            ref[b] = 1
-            out.append(b)
-        self._num_cached_free -= evicted
-        self.evicted_blocks += evicted
-        return out
-
-    def _drop_hash(self, b: int, h: int) -> None:
-        """Block ``b`` no longer holds the content named ``h``: out of the map (the next
-        duplicate, if any, becomes the block lookups find)."""
-        self._hash[b] = None
-        dups = self._dups.get(h)
-        if self._cached[h] == b:
-            if dups:
-                self._cached[h] = dups.pop(0)
-            else:
-                del self._cached[h]
-        else:
-            dups.remove(b)  # type: ignore[union-attr]
-        if dups is not None and not dups:
-            del self._dups[h]
-
-    def _name(self, b: int, h: int) -> None:
-        """Block ``b`` now holds the content named ``h``: into the map (after any block
-        named so before it)."""
-        self._hash[b] = h
-        if self._cached.setdefault(h, b) != b:
-            self._dups.setdefault(h, []).append(b)
-
-    def _touch(self, b: int) -> None:
-        """One more reference to block ``b`` (a hit, or a fork); it leaves the free queue."""
-        r = self._ref[b]
-        if r == 0:
-            del self._free[b]
-            if self._hash[b] is not None:
-                self._num_cached_free -= 1
-        elif r == 1:
-            self._num_shared_blocks += 1
-        self._ref[b] = r + 1
+    # ------------------------------------------------------------- naming
 
     def _filled(self, seq: _CSeq, index: int, h: int | None = None,
                 dedup: bool = False) -> int:
@@ -236,6 +142,7 @@ class PrefixCachingAllocator(PagedAllocator):
         return b
 
     # -------------------------------------------------------------- admission
+
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
                        watermark: float = 0.0, content: Request | None = None) -> bool:
@@ -365,6 +272,7 @@ class PrefixCachingAllocator(PagedAllocator):
                 f"{num_tokens} tokens, {len(self._free)} free or cached")
 
     # --------------------------------------------------------------- growing
+
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         """As the paged pool's; a lone sequence (every decode of a request without
         samples or beams) is answered without building the sharers' count."""
@@ -434,6 +342,7 @@ class PrefixCachingAllocator(PagedAllocator):
         return []
 
     # --------------------------------------------------------------- release
+
     def free(self, seq_id: SeqId) -> None:
         """Drop the sequence, tail first: blocks no one else holds join the free queue;
         full ones keep their hash (cached), the others are released at once."""
@@ -463,6 +372,7 @@ class PrefixCachingAllocator(PagedAllocator):
         self._num_logical_blocks -= len(table)
 
     # --------------------------------------------------------------- swapping
+
     def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
         seq_ids = tuple(seq_ids)
         named = {s: (self._get(s).content, self._get(s).hashes) for s in seq_ids
@@ -502,36 +412,7 @@ class PrefixCachingAllocator(PagedAllocator):
         bs = self.block_size
         return [KVCopy(i * bs, b * bs, bs) for i, b in enumerate(new_blocks)]
 
-    # ------------------------------------------------------------- accounting
-    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
-        """As the paged pool's (same numbers), plus the cached blocks (``cached_slots``);
-        one visit per sequence, not per block (:func:`.fast_usage.usage_by_last_blocks`)."""
-        return usage_by_last_blocks(self._seqs, self._ref, self.block_size,
-                                    self.num_blocks - len(self._free),
-                                    self._num_logical_blocks, final_lens,
-                                    cached_slots=self._num_cached_free * self.block_size)
-
-    @property
-    def num_free_slots(self) -> int:
-        """Slots of never-used or released blocks (cached blocks are not counted)."""
-        return (len(self._free) - self._num_cached_free) * self.block_size
-
-    @property
-    def num_cached_blocks(self) -> int:
-        """Blocks nobody holds that keep reusable K/V."""
-        return self._num_cached_free
-
-    def block_hash(self, block: int) -> int | None:
-        """The hash naming a block's content, or None (not full, or content unknown)."""
-        return self._hash[block]
-
-    def snapshot(self) -> dict:
-        snap = super().snapshot()
-        snap["kind"] = "prefix-cache"
-        snap["free_blocks"] = list(self._free)  # the free queue, head (next taken) first
-        snap["cached_blocks"] = [b for b in self._free if self._hash[b] is not None]
-        snap["block_hashes"] = list(self._hash)
-        return snap
+    # ------------------------------------------------------------- checks
 
     def check_invariants(self) -> None:
         super().check_invariants()
