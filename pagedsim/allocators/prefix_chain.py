@@ -64,6 +64,16 @@ def extend_chain(content: Request, block_size: int, branch: int, hashes: list[in
         # The common case in one tight loop: blocks inside one piece of the named tokens.
         pt = content.prompt_piece_tokens
         stop = min(num_blocks, named // block_size)
+        if pt % block_size == 0:  # no block spans two pieces: walk piece by piece
+            per_piece = pt // block_size
+            while j < stop:
+                k, first = divmod(j, per_piece)
+                piece = pieces[k]
+                last = min(per_piece, stop - k * per_piece)
+                for off in range(first * block_size, last * block_size, block_size):
+                    parent = hash((parent, ((piece, off, block_size),)))
+                    append(parent)
+                j = k * per_piece + last
         while j < stop:
             k, off = divmod(j * block_size, pt)
             if off + block_size > pt:
