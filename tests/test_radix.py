@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from pagedsim import account
 from pagedsim.accounting import CATEGORIES
-from pagedsim.allocators import RadixAllocator
+from pagedsim.allocators import PagedAllocator, RadixAllocator
 from pagedsim.errors import OutOfMemoryError
 from pagedsim.plan import SequenceGroup
 from pagedsim.prompts import block_hashes
@@ -450,6 +450,10 @@ class ContentMachine(RuleBasedStateMachine):
         live = {s for q in self.expect for s in self.alloc.slot_mapping(q)}
         assert acct.token == len(live)
         assert acct.cached == self.alloc.num_cached_blocks * self.bs
+        if isinstance(self.alloc, RadixAllocator):  # its fast usage agrees with the general
+            slow = PagedAllocator.usage(self.alloc)  # walk (which counts cached as used)
+            assert (acct.token, acct.reserved, acct.internal_frag + acct.cached) == (
+                slow.token_slots, slow.reserved_slots, slow.internal_frag_slots)
 
     @invariant()
     def every_sequence_reads_its_own_content(self):

@@ -46,13 +46,13 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from ..errors import OutOfMemoryError
 from ..prompts import block_key
 from ..validate import check_int
 from ..workload import Request
 from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
+from .fast_usage import usage_by_last_blocks
 from .paged import PagedAllocator, _Seq
 from .prefix_cache import HASH_MEMO_ENTRIES, _branch
 from .radix_tree import Node, RadixTree
@@ -432,12 +432,12 @@ class RadixAllocator(PagedAllocator):
         return self.num_blocks - len(self._free) - self.tree.num_evictable
 
     def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
-        """As the paged pool's, with the cached blocks taken out of the used ones."""
-        u = super().usage(final_lens)
+        """As the paged pool's (computed in one visit per sequence: nearly every block is
+        shared in a caching pool), with the cached blocks apart from the used ones."""
         c = self.tree.num_evictable
-        return replace(u, internal_frag_slots=u.internal_frag_slots - c * self.block_size,
-                       physical_blocks=u.physical_blocks - c,
-                       cached_slots=c * self.block_size)
+        return usage_by_last_blocks(self._seqs, self._ref, self.block_size,
+                                    self.num_blocks - len(self._free) - c,
+                                    self._num_logical_blocks, final_lens, c * self.block_size)
 
     def snapshot(self) -> dict:
         snap = super().snapshot()
