@@ -274,7 +274,7 @@ def _small(name: str) -> tuple[Experiment, list[float]]:
                           preemption=preemption)
 
     values = {"block-size": [8, 32], "rate": [2.0, 8.0], "sharing": [2, 4],
-              "preemption": [8, 32]}[name]
+              "preemption": [8, 32], "cache-size": [512, 2048]}[name]
     return sweep_base(name, make), values
 
 
@@ -298,7 +298,8 @@ def test_sweep_figures_have_a_setting_footer_words_and_y_from_zero(
         assert "24 requests" in footer and "seed 0" in footer
         # The swept field is named as swept, not given one value.
         swept = {"block-size": "block size swept", "rate": "swept rates",
-                 "sharing": "n or beam width swept", "preemption": "preemption swept"}
+                 "sharing": "n or beam width swept", "preemption": "preemption swept",
+                 "cache-size": "KV pool size swept"}
         assert swept[name] in footer, footer
         assert ax.get_ylim()[0] == 0, fname
         for label in (ax.get_xlabel(), ax.get_ylabel(), ax.get_title(loc="left")):

@@ -1,7 +1,7 @@
 """``pagedsim sweep NAME``: one experiment swept over block size, request rate, sharing
-width or preemption mode (:mod:`pagedsim.experiments.sweeps`), each sweep with its own
-defaults and ``--help``. The options shared with ``compare`` come from
-:mod:`pagedsim.cli.simulate`."""
+width, preemption mode or the KV pool's size (prefix-cache hit rate)
+(:mod:`pagedsim.experiments.sweeps`), each sweep with its own defaults and ``--help``.
+The options shared with ``compare`` come from :mod:`pagedsim.cli.simulate`."""
 
 from __future__ import annotations
 
@@ -31,7 +31,11 @@ from .simulate import (
 
 #: Experiment fields a sweep sets -> the flag a CLI user would give for them.
 _FIELD_FLAGS = {"block_size": "--block-size", "rate_per_s": "--rate", "n": "--n",
-                "beam_width": "--beam-width", "preemption": "--preemption"}
+                "beam_width": "--beam-width", "preemption": "--preemption",
+                "capacity_tokens": "--values"}
+#: Flags that only size the KV pool, which the cache-size sweep sets per run.
+_POOL_FLAGS = (("gpu_memory_utilization", "--gpu-memory-utilization"),
+               ("activation_gb", "--activation-gb"), ("weights_gb", "--weights-gb"))
 
 
 def _sweep_defaults(name: str | None) -> OptionDefaults:
@@ -106,14 +110,16 @@ class _SweepHelp(argparse.Action):
 
 def _add_sweep_options(p: argparse.ArgumentParser, name: str | None) -> None:
     """The options of ``pagedsim sweep`` (``name`` None) or of one sweep's help."""
-    from ..experiments.sweeps import default_values_text
+    from ..experiments.sweeps import CACHE_SCHEMES, default_values_text
     from ..schemes import DEFAULT_SCHEMES
 
     add_experiment_options(p, _sweep_defaults(name))
-    what = {None: "block sizes, rates, or n = beam widths for sharing",
+    what = {None: "block sizes, rates, n = beam widths for sharing, or KV pool sizes",
             "block-size": "block sizes (slots)", "rate": "request rates (requests/s)",
             "sharing": "n and beam widths (each value is run as both)",
-            "preemption": "block sizes (slots), each run with recompute and with swap"}
+            "preemption": "block sizes (slots), each run with recompute and with swap",
+            "cache-size": "KV pool sizes in token slots (the whole pool: running requests "
+                          "and cached blocks)"}
     default = ("the sweep's own" if name is None
                else default_values_text(name))
     p.add_argument("--values", type=csv_list(finite), default=None, metavar="LIST",
@@ -122,10 +128,23 @@ def _add_sweep_options(p: argparse.ArgumentParser, name: str | None) -> None:
         p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",
                        help=f"schemes of the rate sweep (default "
                             f"{','.join(DEFAULT_SCHEMES)}, compare's four; 'pagedsim "
-                            "schemes' lists them all)")
+                            "schemes' lists them all)"
+                            + ("; of the cache-size sweep (default "
+                               f"{','.join(CACHE_SCHEMES)})" if name is None else ""))
+    elif name == "cache-size":
+        p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",
+                       help=f"schemes to run (default {','.join(CACHE_SCHEMES)}, the two "
+                            "that cache across requests; 'pagedsim schemes' lists them all)")
     p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder for sweep_<name>.csv and PNGs (default figures/)")
     p.add_argument("--no-write", action="store_true", help="write no file")
+
+
+#: A sweep's extra sentence in its help, where it sets the KV pool itself.
+_POOL_NOTE = {"cache-size": "--values sets the whole KV pool (running requests and "
+                            "cached blocks) of each run, so the flags that only size it ("
+                            + ", ".join(flag for _, flag in _POOL_FLAGS) + ") are refused; "
+                            "--model and --gpu still set the context and step times. "}
 
 
 def sweep_parser(name: str) -> ArgumentParser:
@@ -143,7 +162,7 @@ def sweep_parser(name: str) -> ArgumentParser:
         f"{_load(d.workload)} of {d.num_requests:,} requests{at}, preemption by "
         f"{d.preemption}, in the "
         f"{PAPER_OPT_13B.name} memory setting; writes sweep_{name.replace('-', '_')}.csv "
-        f"and its figures to --out. " + UNITS_NOTE + ".", 88)
+        f"and its figures to --out. " + _POOL_NOTE.get(name, "") + UNITS_NOTE + ".", 88)
     p = ArgumentParser(prog=f"{PROG} sweep {name}", description=description,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_sweep_options(p, name)
@@ -187,8 +206,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     if args.values is not None and len(names) > 1:
         raise CliError("argument --values: needs one sweep, not all")
     if args.schemes is not None:
-        if names != ["rate"]:
-            raise CliError(f"argument --schemes: applies to the rate sweep, not {args.name}")
+        if names not in (["rate"], ["cache-size"]):
+            raise CliError(f"argument --schemes: applies to the rate and cache-size sweeps, "
+                           f"not {args.name}")
         _check_schemes(args.schemes)
     if len(names) == 1:
         _refuse_swept_flags(args, names[0])
@@ -234,7 +254,13 @@ def _refuse_swept_flags(args: argparse.Namespace, name: str) -> None:
 
     given = {"block_size": args.block_size != 16, "rate_per_s": args.rate is not None,
              "n": args.n != 1, "beam_width": args.beam_width != 1,
-             "preemption": args.preemption is not None}
+             "preemption": args.preemption is not None, "capacity_tokens": False}
+    if name == "cache-size":
+        for dest, flag in _POOL_FLAGS:
+            if getattr(args, dest) is not None:
+                raise CliError(f"argument {flag}: the cache-size sweep sets the KV pool's "
+                               "size per run; give the sizes in token slots with --values "
+                               "(see 'pagedsim sweep cache-size --help')")
     for field in SWEPT_FIELDS_OF[name]:
         if given[field]:
             flag = _FIELD_FLAGS[field]

@@ -98,6 +98,9 @@ class Experiment:
     max_num_batched_tokens: int | None = None
     on_too_long: str = "clip"
     skip_zero_output: bool = False
+    #: The KV pool in token slots (rounded down to whole blocks), in place of the one the
+    #: memory setting gives; None: from the memory setting. The cache-size sweep sets it.
+    capacity_tokens: int | None = None
 
     def __post_init__(self) -> None:
         get_model(self.model)  # unknown presets fail here, before any work
@@ -144,6 +147,8 @@ class Experiment:
         if self.workload not in WORKLOAD_NAMES and not os.path.isfile(self.workload):
             raise ValueError(f"workload {self.workload!r} is neither one of "
                              f"{', '.join(WORKLOAD_NAMES)} nor an existing trace file")
+        if self.capacity_tokens is not None:
+            check_int("capacity_tokens", self.capacity_tokens, minimum=self.block_size)
         self._check_pool()
 
     def _check_pool(self) -> None:
@@ -168,7 +173,10 @@ class Experiment:
 
     def capacity_slots(self) -> int:
         """Token slots of the KV pool (:func:`pagedsim.budget.kv_budget`'s ``max_tokens``:
-        whole blocks of ``block_size``; the contiguous schemes get the same slots)."""
+        whole blocks of ``block_size``; the contiguous schemes get the same slots), or
+        ``capacity_tokens`` rounded down to whole blocks when it is set."""
+        if self.capacity_tokens is not None:
+            return self.capacity_tokens // self.block_size * self.block_size
         return kv_budget(self.model, self.gpu, weights_bytes=self.weights_bytes,
                          gpu_memory_utilization=self.gpu_memory_utilization,
                          activation_bytes=self.activation_bytes, block_size=self.block_size,
@@ -263,7 +271,10 @@ class Experiment:
     @property
     def preset(self) -> str | None:
         """The name of the memory setting (:data:`pagedsim.budget.BUDGET_PRESETS`) this
-        experiment's model, GPUs, utilization, activations and weights are, or None."""
+        experiment's model, GPUs, utilization, activations and weights are, or None
+        (also None when ``capacity_tokens`` sets the pool: no preset's pool, then)."""
+        if self.capacity_tokens is not None:
+            return None
         found = preset_of(self.model, self.gpu, self.num_gpus, self.gpu_memory_utilization,
                           self.activation_bytes, self.weights_bytes)
         return None if found is None else found.name
@@ -313,7 +324,9 @@ class Experiment:
                 f", beam width {self.beam_width}" if self.beam_width > 1 else "")
         gpus = f"{self.num_gpus} x {self.gpu}" if self.num_gpus > 1 else self.gpu
         preset = f" (preset {self.preset})" if self.preset else ""
-        if "block_size" in swept:
+        if "capacity_tokens" in swept:
+            pool = f"KV pool size swept (block {self.block_size})"
+        elif "block_size" in swept:
             kv = kv_budget(self.model, self.gpu, weights_bytes=self.weights_bytes,
                            gpu_memory_utilization=self.gpu_memory_utilization,
                            activation_bytes=self.activation_bytes, block_size=1,
@@ -329,7 +342,8 @@ class Experiment:
 
 
 #: Fields :meth:`Experiment.label` can name as swept.
-SWEPT_FIELDS = ("block_size", "rate_per_s", "n", "beam_width", "preemption")
+SWEPT_FIELDS = ("block_size", "rate_per_s", "n", "beam_width", "preemption",
+                "capacity_tokens")
 
 
 def check_schemes(schemes: Sequence[str]) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """Sweeps: one run per value of a knob (block size, request rate, n / beam width, swap vs
-recompute), each returning a pandas frame with one row per run.
+recompute, the KV pool's size for prefix caching), each returning a pandas frame with one
+row per run.
 
 :data:`SWEEPS` registers them by the name ``pagedsim sweep`` takes, with what their
 figures plot; :func:`run_sweep` runs one by name with its defaults.
@@ -12,12 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..cache_replay import replay
 from ..paper import SHARING_SAVINGS_ALPACA, figure13_batch
 from ..scheduler import PREEMPTION_MODES
 from ..schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
 from .runner import run_many
-from .spec import Experiment, check_schemes
+from .spec import MAX_POOL_BLOCKS, Experiment, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -31,6 +33,13 @@ SWEEP_NS = (2, 4, 6)
 SWEEP_BEAM_WIDTHS = (2, 4, 6)
 #: Block sizes of the swap-versus-recompute sweep (paper Fig. 19).
 SWEEP_PREEMPTION_BLOCK_SIZES = (1, 4, 16, 64, 256)
+#: KV pool sizes (token slots) of the cache-size sweep: from a pool that holds about the
+#: running batch of the default multi-turn load to one that keeps most finished turns.
+SWEEP_CACHE_TOKENS = (2048, 4096, 8192, 16384, 32768, 65536)
+#: The schemes of the cache-size sweep by default: the two that cache across requests.
+CACHE_SCHEMES = ("prefix-cache", "radix")
+#: The ``scheme`` of the cache-size sweep's scheduler-free rows (pagedsim.cache_replay).
+REPLAY_ROW = "cache-replay (no scheduler)"
 
 
 def _frame(results: Iterable[tuple[dict[str, Any], Any] | None], **extra: Sequence[Any]
@@ -99,6 +108,38 @@ def sweep_preemption(exp: Experiment,
     return _frame(run_many(tasks, jobs, progress, "preemption x block sizes"))
 
 
+def sweep_cache_size(exp: Experiment, capacities: Sequence[int] = SWEEP_CACHE_TOKENS,
+                     schemes: Sequence[str] = CACHE_SCHEMES, jobs: int | None = None,
+                     progress: bool | None = None) -> pd.DataFrame:
+    """Prefix-cache hit rate against the size of the KV pool: one run per (capacity in
+    token slots, scheme), the pool set by ``capacity_tokens``; then, per capacity, one
+    row ``scheme`` = :data:`REPLAY_ROW`: the same requests through
+    :func:`pagedsim.cache_replay.replay` (arrival order, no scheduler, prompt blocks
+    only, an LRU cache of that many tokens at the experiment's block size), the curve
+    the scheduler's runs are compared with. Its ``prefix_queries`` / ``prefix_hits``
+    are prompt tokens, ``evictions`` blocks; columns it has no value for are NaN."""
+    import pandas as pd
+
+    schemes = check_schemes(schemes)
+    tasks = [(replace(exp, capacity_tokens=int(c)), s) for c in capacities for s in schemes]
+    df = _frame(run_many(tasks, jobs, progress, "capacities x schemes"),
+                capacity_tokens=[int(c) for c in capacities for _ in schemes])
+    requests = exp.requests()
+    bs = exp.block_size
+    rows = []
+    for c in capacities:
+        r = replay(requests, bs, int(c) // bs * bs)
+        rows.append({"scheme": REPLAY_ROW, "capacity_slots": int(c) // bs * bs,
+                     "prefix_hit_rate": r.hit_rate, "prefix_queries": r.queries,
+                     "prefix_hits": r.hits, "prefill_tokens_computed": r.queries - r.hits,
+                     "prefill_tokens_cached": r.hits, "evictions": r.evictions,
+                     "num_requests": r.num_requests, "block_size": bs,
+                     "workload": exp.workload, "seed": exp.seed,
+                     "rate_per_s": exp.arrival_rate_per_s(requests),
+                     "capacity_tokens": int(c)})
+    return pd.concat([df, pd.DataFrame.from_records(rows)], ignore_index=True)
+
+
 #: name -> (function, the columns each of its figures plots (a tuple: several in one
 #: figure), x column, log x?, group column)
 SWEEPS: dict[str, tuple[Callable[..., Any], tuple[str | tuple[str, ...], ...], str, bool,
@@ -109,20 +150,23 @@ SWEEPS: dict[str, tuple[Callable[..., Any], tuple[str | tuple[str, ...], ...], s
     "sharing": (sweep_sharing, ("sharing_saving",), "width", False, "mode"),
     "preemption": (sweep_preemption, ("throughput_tokens_per_s", "p50_normalized_latency_s"),
                    "block_size", True, "preemption"),
+    "cache-size": (sweep_cache_size, ("prefix_hit_rate",), "capacity_slots", True, "scheme"),
 }
+#: The sweeps behind the vLLM paper's figures, which ``pagedsim figures`` regenerates.
+PAPER_SWEEPS = ("block-size", "rate", "sharing", "preemption")
 
 #: The workload each sweep uses by default (sharing: Alpaca-like, as the paper's 6.3).
 SWEEP_DEFAULT_WORKLOAD = {"block-size": "sharegpt", "rate": "sharegpt", "sharing": "alpaca",
-                          "preemption": "sharegpt"}
+                          "preemption": "sharegpt", "cache-size": "multi-turn"}
 #: Requests per run of each sweep by default: fewer than compare's 2,000 so that a sweep
 #: of 9-20 runs takes about a minute or less on a 2-core laptop.
 SWEEP_NUM_REQUESTS: dict[str, int] = {"block-size": 1000, "rate": 800, "sharing": 1000,
-                                      "preemption": 1000}
+                                      "preemption": 1000, "cache-size": 1000}
 #: Arrival rate (requests/s) of each sweep by default (the rate sweep varies it): 5 req/s
 #: saturates the ShareGPT-like load (see :mod:`pagedsim.experiments`); the sharing sweep
 #: uses the Alpaca-like load at the paper's Figure 13 Alpaca rate, 30 req/s.
 SWEEP_RATE: dict[str, float] = {"block-size": 5.0, "rate": 5.0, "sharing": 30.0,
-                                "preemption": 5.0}
+                                "preemption": 5.0, "cache-size": 5.0}
 #: Preemption mode of each sweep by default (the preemption sweep varies it). The
 #: sharing sweep swaps: vLLM v0 preempts multi-sequence groups (parallel samples, beams)
 #: by swapping, and our scheduler's recompute re-prefills each sequence of a preempted
@@ -130,7 +174,8 @@ SWEEP_RATE: dict[str, float] = {"block-size": 5.0, "rate": 5.0, "sharing": 30.0,
 #: (measured, Alpaca-like at 30 req/s: n = 2/4/6 saves 4.0/3.2/2.6% with recompute,
 #: 4.0/6.3/7.8% with swap).
 SWEEP_PREEMPTION: dict[str, str] = {"block-size": "recompute", "rate": "recompute",
-                                    "sharing": "swap", "preemption": "recompute"}
+                                    "sharing": "swap", "preemption": "recompute",
+                                    "cache-size": "recompute"}
 
 
 #: What each sweep shows, in one sentence (``pagedsim sweep NAME --help``).
@@ -143,6 +188,9 @@ SWEEP_ABOUT: dict[str, str] = {
                "search (beam width) (the paper's section 6.3)",
     "preemption": "swap versus recompute across block sizes: throughput and median "
                   "normalized latency (the paper's section 7.3, Fig. 19)",
+    "cache-size": "prefix-cache hit rate of the caching schemes against the size of the KV "
+                  "pool, beside the scheduler-free replay of the same prompts (the Mooncake "
+                  "paper's Fig. 9)",
 }
 #: The :class:`Experiment` fields each sweep sets per run (what its ``--values`` gives).
 SWEPT_FIELDS_OF: dict[str, tuple[str, ...]] = {
@@ -150,6 +198,7 @@ SWEPT_FIELDS_OF: dict[str, tuple[str, ...]] = {
     "rate": ("rate_per_s",),
     "sharing": ("n", "beam_width"),
     "preemption": ("preemption", "block_size"),
+    "cache-size": ("capacity_tokens",),
 }
 
 
@@ -164,6 +213,9 @@ def default_values_text(name: str) -> str:
     if name == "sharing":
         return (f"n = {', '.join(map(str, SWEEP_NS))} and beam widths "
                 f"{', '.join(map(str, SWEEP_BEAM_WIDTHS))}")
+    if name == "cache-size":
+        return ("KV pools of " + ", ".join(f"{c:,}" for c in SWEEP_CACHE_TOKENS)
+                + " token slots, for " + ", ".join(CACHE_SCHEMES))
     return ("recompute and swap, at block sizes "
             + ", ".join(map(str, SWEEP_PREEMPTION_BLOCK_SIZES)) + " slots")
 
@@ -171,7 +223,7 @@ def default_values_text(name: str) -> str:
 def num_runs(name: str, values: Sequence[Any] | None = None,
              schemes: Sequence[str] | None = None) -> int:
     """How many runs sweep ``name`` makes with these ``values`` (None: its defaults)
-    and, for the rate sweep, ``schemes`` (None: compare's four)."""
+    and, for the rate and cache-size sweeps, ``schemes`` (None: their defaults)."""
     check_choice("sweep", name, tuple(SWEEPS))
     if name == "block-size":
         return len(values or SWEEP_BLOCK_SIZES)
@@ -179,6 +231,8 @@ def num_runs(name: str, values: Sequence[Any] | None = None,
         return len(values or SWEEP_RATES) * len(schemes or DEFAULT_SCHEMES)
     if name == "sharing":
         return len(values or SWEEP_NS) + len(values or SWEEP_BEAM_WIDTHS)
+    if name == "cache-size":
+        return len(values or SWEEP_CACHE_TOKENS) * len(schemes or CACHE_SCHEMES)
     return len(PREEMPTION_MODES) * len(values or SWEEP_PREEMPTION_BLOCK_SIZES)
 
 
@@ -213,6 +267,14 @@ def check_values(name: str, values: Sequence[float], exp: Experiment) -> list[An
         return [float(v) for v in values]
     if name == "sharing":
         maximum, what = exp.max_num_seqs, "n / beam widths up to max_num_seqs"
+    elif name == "cache-size":
+        maximum = MAX_POOL_BLOCKS * exp.block_size
+        what = f"KV pool sizes in token slots, at least one block of {exp.block_size}"
+        for v in values:
+            if not (math.isfinite(v) and exp.block_size <= v <= maximum and v == int(v)):
+                raise ValueError(f"sweep cache-size: values must be whole numbers from "
+                                 f"{exp.block_size} to {maximum:,} ({what}), got {v:g}")
+        return [int(v) for v in values]
     else:
         maximum, what = MAX_SWEEP_BLOCK_SIZE, "block sizes in slots"
     out = []
@@ -237,10 +299,11 @@ def run_sweep_on(name: str, exp: Experiment, values: Sequence[float] | None = No
                  progress: bool | None = None) -> pd.DataFrame:
     """Run the sweep called ``name`` on the base experiment ``exp`` (see
     :func:`sweep_base`); ``values`` replaces the swept values (block sizes, rates, or the
-    n / beam widths; checked by :func:`check_values`), ``schemes`` the rate sweep's."""
+    n / beam widths, or pool sizes; checked by :func:`check_values`), ``schemes`` the rate
+    and cache-size sweeps'."""
     check_choice("sweep", name, tuple(SWEEPS))
-    if schemes is not None and name != "rate":
-        raise ValueError(f"--schemes applies to the rate sweep, not {name}")
+    if schemes is not None and name not in ("rate", "cache-size"):
+        raise ValueError(f"--schemes applies to the rate and cache-size sweeps, not {name}")
     vals = check_values(name, values, exp) if values is not None else None
     if name == "block-size":
         return sweep_block_size(exp, vals or SWEEP_BLOCK_SIZES, jobs=jobs, progress=progress)
@@ -250,6 +313,9 @@ def run_sweep_on(name: str, exp: Experiment, values: Sequence[float] | None = No
     if name == "sharing":
         return sweep_sharing(exp, vals or SWEEP_NS, vals or SWEEP_BEAM_WIDTHS, jobs=jobs,
                              progress=progress)
+    if name == "cache-size":
+        return sweep_cache_size(exp, vals or SWEEP_CACHE_TOKENS, schemes or CACHE_SCHEMES,
+                                jobs=jobs, progress=progress)
     return sweep_preemption(exp, vals or SWEEP_PREEMPTION_BLOCK_SIZES, jobs=jobs,
                             progress=progress)
 

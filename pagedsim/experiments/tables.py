@@ -200,10 +200,12 @@ _SWEEP_TABLE: dict[str, tuple[str, ...]] = {
     "preemption": ("preemption", "block_size", "throughput_tokens_per_s",
                    "p50_normalized_latency_s", "p90_normalized_latency_s", "preemptions",
                    "swaps"),
+    "cache-size": ("capacity_slots", "scheme", "prefix_hit_rate", "prefill_tokens_computed",
+                   "evictions", "preemptions", "mean_batch_size"),
 }
 #: Columns holding fractions, printed as percentages.
 _PERCENT = {"all_internal_frag", "sat_internal_frag", "all_reserved", "all_token", "sharing_saving",
-            "paper_saving", "saturated_time_fraction"}
+            "paper_saving", "saturated_time_fraction", "prefix_hit_rate"}
 #: What each sweep's caption says after its workload.
 _SWEEP_NOTES = {
     "block-size": "shares: time-weighted % of the pool over the whole run (all_) or the "
@@ -213,6 +215,9 @@ _SWEEP_NOTES = {
     "sharing": "saving: time-weighted 1 - physical/logical blocks; paper: vLLM paper "
                "section 6.3 (Alpaca)",
     "preemption": "normalized latency in s per output token",
+    "cache-size": "hit rate: % of prompt tokens served from the cache; capacity and "
+                  "prefill in tokens, evictions in blocks; cache-replay: no scheduler, "
+                  "prompt blocks only",
 }
 
 

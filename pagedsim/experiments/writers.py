@@ -21,7 +21,7 @@ from ..plots.palette import CATEGORY_SHORT, category_of
 from .report import figures_readme
 from .runner import Comparison, compare, shares_frame
 from .spec import Experiment
-from .sweeps import SWEEPS, run_sweep, sweep_base
+from .sweeps import PAPER_SWEEPS, SWEEPS, run_sweep, sweep_base
 from .tables import figure2_mismatches, sweep_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +120,7 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
 #: What each sweep's figures call it (their titles start with it).
 SWEEP_TITLES = {"block-size": "Block size", "rate": "Request rate",
                 "sharing": "Sharing (parallel sampling, beam search)",
-                "preemption": "Swap vs recompute"}
+                "preemption": "Swap vs recompute", "cache-size": "Cache size"}
 #: Characters per line of a figure's setting footer (7 pt text under an 8-inch figure).
 FOOTER_CHARS = 150
 
@@ -130,15 +130,15 @@ def sweep_footer(name: str, df: pd.DataFrame, experiment: Experiment | None,
     """The setting under a sweep figure: what was simulated (the experiment's label, the
     swept fields named as swept), which schemes, and over which part of the run shares
     and means are taken."""
-    from .sweeps import SWEPT_FIELDS_OF
+    from .sweeps import REPLAY_ROW, SWEPT_FIELDS_OF
 
     if experiment is not None:
         setting = experiment.label(swept=SWEPT_FIELDS_OF[name])
     else:  # only the frame: say what it holds
         first = df.iloc[0]
         setting = f"{first['workload']}, {int(first['num_requests'])} requests"
-    schemes = ", ".join(dict.fromkeys(str(s) for s in df["scheme"])) if "scheme" in df \
-        else "?"
+    schemes = ", ".join(dict.fromkeys(str(s) for s in df["scheme"] if s != REPLAY_ROW)) \
+        if "scheme" in df else "?"
     notes = [f"Setting: {setting}; scheme{'s' if ',' in schemes else ''} {schemes}."]
     views = {c[:4] for c in columns if category_of(c)}
     if views == {"all_"}:
@@ -153,6 +153,12 @@ def sweep_footer(name: str, df: pd.DataFrame, experiment: Experiment | None,
                      "tokens; median over requests.")
     if "sharing_saving" in columns:
         notes.append("Saving: 1 - physical / logical blocks, time-weighted over the run.")
+    if "prefix_hit_rate" in columns:
+        notes.append("Hit rate: prompt tokens served from the cache / prompt tokens looked "
+                     "up, over every admission (recomputations too). cache-replay: the same "
+                     "prompts in arrival order through an LRU cache of that many tokens, no "
+                     "scheduler, prompt blocks only (pagedsim cache-replay); the schedulers' "
+                     "caches also keep the blocks decoding fills.")
     return "\n".join(textwrap.wrap(" ".join(notes), FOOTER_CHARS))
 
 
@@ -275,7 +281,7 @@ def make_figures(out: str | os.PathLike[str] = "figures", jobs: int | None = Non
     paths += write_compare(cmp, out, max_step_rows=1000)
     tables: dict[str, str] = {}
     frames: dict[str, Any] = {}
-    for name in SWEEPS:
+    for name in PAPER_SWEEPS:
         say(f"figures: sweep {name}")
 
         def make(workload: str, num_requests: int, rate: float,

@@ -103,13 +103,14 @@ COLUMN_LABELS: dict[str, str] = {
     "sat_mean_batch_size": "mean batch size, saturated steps (requests)",
     "makespan_s": "makespan (s)",
     "capacity_slots": "KV pool (slots)",
+    "prefix_hit_rate": "prefix-cache hit rate (% of prompt tokens)",
     **{c: f"{CATEGORY_SHORT[c]} share of KV pool" for c in CATEGORIES},
 }
 
 
 #: Columns holding fractions (0..1) that figures draw in percent (their labels say %).
 PERCENT_COLUMNS = frozenset({"sharing_saving", "paper_saving", "saturated_time_fraction",
-                             "utilization"})
+                             "utilization", "prefix_hit_rate"})
 
 #: Prefixes of the summary's share columns: ``all_`` over the whole run, ``sat_`` over the
 #: saturated steps only (see :mod:`pagedsim.metrics`).
