@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import stat
 import subprocess
@@ -43,6 +44,7 @@ from pagedsim.labs import (
 from pagedsim.labs.autograder import KNOWN_REQUIREMENTS, lab_requirements
 from pagedsim.labs.index import between, index_table
 from pagedsim.labs.meta import lab_folders, load_lab
+from pagedsim.labs.prefork import Prefork
 from pagedsim.labs.release import release_lab, stripped_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,11 +105,33 @@ def graded(request: pytest.FixtureRequest, released: Path) -> dict[tuple[int, st
             # tasks and stop at the first failure (pytest -x).
             jobs.update({(lab.id, m.name): {"mutant": m.name, "tasks": m.caught_by,
                                             "fail_fast": True} for m in load_mutants(lab)})
-    with ThreadPoolExecutor(max_workers=JOBS) as pool:
-        futures = {key: pool.submit(grade, key[0], labs_dir=ROOT / "labs", **kwargs)
-                   for key, kwargs in jobs.items()}
-        # A lab that cannot be graded fails its own tests, not every lab's.
-        return {key: f.exception() or f.result() for key, f in futures.items()}
+    # Starters and mutants run in children forked from warm servers (Prefork: pytest,
+    # hypothesis, pagedsim and, for the kernel labs, torch imported once), which saves most
+    # of each short run; the references run as `pagedsim labs grade` runs them, in a fresh
+    # Python, so the production path is the one that must give full marks.
+    torch = any(lab_requirements(lab)[1] for lab in LABS if lab.id in wanted)
+    preload = ("pytest", "hypothesis", "pagedsim") + (("torch",) if torch else ())
+    servers: queue.Queue = queue.Queue()
+    started = [Prefork(preload) for _ in range(JOBS)] if hasattr(os, "fork") else []
+    for server in started or [None] * JOBS:
+        servers.put(server)
+
+    def run(key: tuple[int, str], kwargs: dict) -> LabResult:
+        server = servers.get()
+        try:
+            runner = None if key[1] == "reference" else server
+            return grade(key[0], labs_dir=ROOT / "labs", runner=runner, **kwargs)
+        finally:
+            servers.put(server)
+
+    try:
+        with ThreadPoolExecutor(max_workers=JOBS) as pool:
+            futures = {key: pool.submit(run, key, kwargs) for key, kwargs in jobs.items()}
+            # A lab that cannot be graded fails its own tests, not every lab's.
+            return {key: f.exception() or f.result() for key, f in futures.items()}
+    finally:
+        for server in started:
+            server.close()
 
 
 def _result(graded: dict, key: tuple[int, str]) -> LabResult:
@@ -504,6 +528,21 @@ def test_without_a_labs_folder_a_student_tree_grades_itself(
     tree = _toy_lab(tmp_path, _TOY_TESTS)
     result = grade(1, path=tree / "lab1_toy")
     assert result.lab.path == (tree / "lab1_toy").resolve() and result.score == 4.0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="Prefork needs os.fork")
+def test_prefork_runs_grade_the_same_and_stop_at_the_time_limit(tmp_path: Path) -> None:
+    labs = _toy_lab(tmp_path / "a", _TOY_TESTS)
+    slow = _toy_lab(tmp_path / "b", "import time\n\nimport pytest\n\n\n@pytest.mark.lab1_1\n"
+                                    "def test_slow():\n    time.sleep(60)\n")
+    with Prefork() as server:
+        result = grade(1, labs_dir=labs, runner=server)
+        assert [(t.passed, t.tests, t.score) for t in result.tasks] == [(2, 3, 2.0), (1, 3, 2.0)]
+        stopped = grade(1, labs_dir=slow, runner=server, timeout_s=2)
+        assert stopped.message == "the graders ran longer than 2 s and were stopped"
+        assert stopped.score == 0
+        again = grade(1, labs_dir=labs, runner=server)  # the server outlives a killed child
+        assert again.score == result.score
 
 
 def test_missing_student_file_scores_zero(tmp_path: Path) -> None:

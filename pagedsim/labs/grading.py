@@ -30,6 +30,7 @@ from pathlib import Path
 from .imports import forbidden_imports
 from .meta import LABS_DIR_ENV, RESULTS_ENV, LabError, LabInfo, TaskInfo, find_labs_dir, get_lab
 from .mutants import get_mutant
+from .prefork import FIXED_ENV, Prefork
 from .results import LabResult, TaskScore
 
 #: Files of a lab folder that never go into a grading or released copy.
@@ -80,13 +81,15 @@ def _labs_dir_or_tree(path: Path | str) -> Path | None:
 def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None,
           labs_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
           tasks: tuple[str, ...] | list[str] | None = None,
-          fail_fast: bool = False) -> LabResult:
+          fail_fast: bool = False, runner: Prefork | None = None) -> LabResult:
     """Grade lab ``lab_id``: the reference (neither ``path`` nor ``mutant``), the student
     files under ``path``, or the reference with the mutant called ``mutant``.
 
     ``tasks`` (markers such as ``lab1_2``) grades only those tasks (the result lists only
     them); ``fail_fast`` stops at the first failing test (pytest's ``-x``): the scores
     then only say whether some test failed, which is all the test suite asks of a mutant.
+    ``runner`` forks the run from a warm :class:`~pagedsim.labs.prefork.Prefork` server
+    instead of starting a fresh Python (the same run, without the imports' start-up time).
     """
     if path is not None and not Path(path).exists():
         raise LabError(f"path {str(path)!r} does not exist")
@@ -134,7 +137,8 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
                          start)
         extra = ["-m", " or ".join(t.marker for t in selected)] if tasks is not None else []
         extra += ["-x"] if fail_fast else []
-        records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s, extra)
+        records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s, extra,
+                                    runner)
     return _score(lab, selected, graded, records, note, start)
 
 
@@ -146,29 +150,31 @@ def _zero(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, message: st
 
 
 def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
-                extra: list[str]) -> tuple[list[dict], str]:
-    """Run the graders in ``work``; the plugin's records, and a note when pytest stopped
-    without running the tests (its exit status and the end of its output)."""
+                extra: list[str], runner: Prefork | None) -> tuple[list[dict], str]:
+    """Run the graders in ``work`` (a fresh ``python -m pytest``, or a child forked by
+    ``runner``); the plugin's records, and a note when pytest stopped without running the
+    tests (its exit status and the end of its output)."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+    env.update(FIXED_ENV)
     env[RESULTS_ENV] = str(results)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    # Installed pytest plugins load only when named: some are slow to import (nbmake pulls
-    # in jsonschema, two seconds per run), and graders need none but hypothesis's.
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    # Hypothesis loads other packages' hypothesis hooks at import (trio's, if installed:
-    # a fifth of a second per run); graders need none of them.
-    env["HYPOTHESIS_NO_PLUGINS"] = "1"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "pagedsim.labs.plugin",
-           "-p", "no:cacheprovider"]
+    args = ["-q", "-p", "pagedsim.labs.plugin", "-p", "no:cacheprovider"]
     if importlib.util.find_spec("hypothesis") is not None:
-        cmd += ["-p", "hypothesis.extra.pytestplugin"]
-    cmd += [*extra, lab.test_file]
-    note, status = "", 0
-    try:
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                              timeout=timeout_s, stdin=subprocess.DEVNULL)
-        status, output = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired:
+        args += ["-p", "hypothesis.extra.pytestplugin"]
+    args += [*extra, lab.test_file]
+    note, status, output = "", 0, ""
+    if runner is None:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=timeout_s,
+                                  stdin=subprocess.DEVNULL)
+            status, output = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired:
+            status = -9
+    else:
+        log = results.with_suffix(".log")
+        status = runner.run(args, str(work), env, str(log), timeout_s)
+        output = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    if status == -9:
         note = f"the graders ran longer than {timeout_s:g} s and were stopped"
     records = []
     if results.is_file():
@@ -183,7 +189,7 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
             records.append(record)
     # 0: all passed, 1: some failed; any other status means the run itself went wrong. Say
     # how, unless the plugin recorded why (a collection error, a refused test).
-    if status not in (0, 1) and not any(r.get("kind") == "error" for r in records):
+    if status not in (0, 1, -9) and not any(r.get("kind") == "error" for r in records):
         tail = "\n".join(output.strip().splitlines()[-15:]).replace(f"{work}{os.sep}", "")
         note = f"pytest exited with status {status}:\n{tail}"
     return records, note
