@@ -72,7 +72,7 @@ def sweep_curves(
     xvals = sorted(df[x].unique()) if numeric_x else []
     if 0 < len(xvals) <= 12:  # few swept values: tick exactly those, in plain numbers
         ax.set_xticks(xvals)
-        ax.set_xticklabels([f"{v:g}" for v in xvals])
+        ax.set_xticklabels([_tick(v) for v in xvals])
         ax.minorticks_off()
     ax.set_xlabel(column_label(x))
     if all_shares:
@@ -94,6 +94,16 @@ def sweep_curves(
     if title:
         ax.set_title(title, loc="left", fontsize=11)
     return ax
+
+
+def _tick(value: float) -> str:
+    """A swept value as a tick label: ``16``, ``2.5``, ``65,536``, ``1.01M`` (millions to
+    three significant digits, so that pool sizes in tokens stay short)."""
+    if value >= 1e6 and float(value).is_integer():
+        return f"{value / 1e6:.3g}M"
+    if value >= 1e3 and float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:g}"
 
 
 def percent_scale(column: str) -> float:
