@@ -248,16 +248,38 @@ class PrefixCachingAllocator(BlockPool):
                 self._num_shared_blocks += 1
             ref[b] = r + 1
         self._num_cached_free -= k - held
-        table = hit + self._take_many(n - k) if k < n else hit
+        table = hit
+        nfull = len(chain)
+        if k < n:
+            # _take_many and the naming of _name in one pass over the new blocks (the
+            # admission hot path): each comes off the head of the free queue, loses the
+            # content it held (evicted), and is named by its hash if it will be full.
+            popitem, names, hook, dups = free.popitem, self._hash, self.on_release, self._dups
+            evicted = 0
+            for j in range(k, n):
+                b = popitem(last=False)[0]
+                old = names[b]
+                if old is not None:
+                    if cached[old] == b and old not in dups:
+                        del cached[old]
+                        names[b] = None
+                    else:
+                        self._drop_hash(b, old)
+                    evicted += 1
+                    if hook is not None:
+                        hook(b * bs, bs)
+                ref[b] = 1
+                table.append(b)
+                if j < nfull:
+                    h = chain[j]
+                    names[b] = h
+                    if cached.setdefault(h, b) != b:
+                        dups.setdefault(h, []).append(b)
+            self._num_cached_free -= evicted
+            self.evicted_blocks += evicted
         self._seqs[seq_id] = _CSeq(table, num_tokens, final_len, content, branch,
                                    list(chain), k * bs)
         self._num_logical_blocks += n
-        names = self._hash
-        for j in range(k, len(chain)):  # name the full blocks it fills (as _name does)
-            b, h = table[j], chain[j]
-            names[b] = h
-            if cached.setdefault(h, b) != b:
-                self._dups.setdefault(h, []).append(b)
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
