@@ -308,14 +308,27 @@ class PagedAllocator:
         self._num_logical_blocks += len(parent.table)
         return []
 
-    def free(self, seq_id: SeqId) -> None:
-        """Drop the sequence; blocks whose ref count reaches 0 return to the free list."""
+    def _pop_seq(self, seq_id: SeqId) -> _Seq:
+        """Remove and return a sequence's record (the first step of every ``free``)."""
         try:
-            seq = self._seqs.pop(seq_id)
+            return self._seqs.pop(seq_id)
         except (KeyError, TypeError):
             raise ValueError(
                 f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
             ) from None
+
+    def _check_swap_in(self, group: SwappedGroup) -> int:
+        """Blocks ``group`` needs back, after checking it may return here and that none
+        of its ids is live (the common checks of every paged ``swap_in``)."""
+        group.check_can_return_to(self._swap_token)
+        clash = [s for s in group.seq_ids if s in self._seqs]
+        if clash:
+            raise ValueError(f"sequence ids {clash!r} already exist")
+        return group.state["num_blocks"]
+
+    def free(self, seq_id: SeqId) -> None:
+        """Drop the sequence; blocks whose ref count reaches 0 return to the free list."""
+        seq = self._pop_seq(seq_id)
         ref, free = self._ref, self._free
         table = seq.table
         hook = self.on_release
@@ -370,11 +383,7 @@ class PagedAllocator:
 
     def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
         """Bring a swapped group back into fresh blocks (all or nothing)."""
-        group.check_can_return_to(self._swap_token)
-        n = group.state["num_blocks"]
-        clash = [s for s in group.seq_ids if s in self._seqs]
-        if clash:
-            raise ValueError(f"sequence ids {clash!r} already exist")
+        n = self._check_swap_in(group)
         if n > len(self._free):
             raise OutOfMemoryError(f"swap-in needs {n} blocks, {len(self._free)} free")
         new_blocks = [self._free.pop() for _ in range(n)]

@@ -368,12 +368,7 @@ class PrefixCachingAllocator(BlockPool):
     def free(self, seq_id: SeqId) -> None:
         """Drop the sequence, tail first: blocks no one else holds join the free queue;
         full ones keep their hash (cached), the others are released at once."""
-        try:
-            seq = self._seqs.pop(seq_id)
-        except (KeyError, TypeError):
-            raise ValueError(
-                f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
-            ) from None
+        seq = self._pop_seq(seq_id)
         ref, free, hashes = self._ref, self._free, self._hash
         hook, bs = self.on_release, self.block_size
         table = seq.table
@@ -405,11 +400,7 @@ class PrefixCachingAllocator(BlockPool):
 
     def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
         """Bring a swapped group back into blocks from the free queue (all or nothing)."""
-        group.check_can_return_to(self._swap_token)
-        n = group.state["num_blocks"]
-        clash = [s for s in group.seq_ids if s in self._seqs]
-        if clash:
-            raise ValueError(f"sequence ids {clash!r} already exist")
+        n = self._check_swap_in(group)
         if n > len(self._free):
             raise OutOfMemoryError(f"swap-in needs {n} blocks, {len(self._free)} free")
         new_blocks = [self._take() for _ in range(n)]

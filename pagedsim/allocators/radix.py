@@ -327,12 +327,7 @@ class RadixAllocator(PagedAllocator):
     # --------------------------------------------------------------- release
     def free(self, seq_id: SeqId) -> None:
         """Insert the sequence's full pages, then drop it (see the module docstring)."""
-        try:
-            seq = self._seqs.pop(seq_id)
-        except (KeyError, TypeError):
-            raise ValueError(
-                f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
-            ) from None
+        seq = self._pop_seq(seq_id)
         tree, ref, table = self.tree, self._ref, seq.table
         if seq.content is not None:
             self._clock += 1
@@ -394,11 +389,7 @@ class RadixAllocator(PagedAllocator):
 
     def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
         """Bring a swapped group back into fresh blocks (all or nothing)."""
-        group.check_can_return_to(self._swap_token)
-        n = group.state["num_blocks"]
-        clash = [s for s in group.seq_ids if s in self._seqs]
-        if clash:
-            raise ValueError(f"sequence ids {clash!r} already exist")
+        n = self._check_swap_in(group)
         if n > self._available():
             raise OutOfMemoryError(f"swap-in needs {n} blocks, {len(self._free)} free and "
                                    f"{self.tree.num_evictable} cached")
