@@ -4,8 +4,8 @@ for both (:func:`pagedsim.prompts.prompt_tokens`).
 
 Usage::
 
-    git clone https://github.com/GeeeekExplorer/nano-vllm /tmp/nano-vllm
-    python scripts/nanovllm_blocks.py /tmp/nano-vllm [--requests 2000] [--concurrency 64]
+    git clone https://github.com/GeeeekExplorer/nano-vllm ../nano-vllm
+    python scripts/nanovllm_blocks.py ../nano-vllm [--requests 2000] [--concurrency 64]
 
 The first argument is a nano-vllm checkout (the folder holding ``nanovllm/``); nothing of
 it is copied here. Only ``nanovllm/engine/block_manager.py`` and the two small modules
@@ -36,7 +36,7 @@ are a sequence's own). One difference is built in: nano-vllm hashes a prompt's b
 after the step that computes them, so two requests admitted in the same step do not
 share; pagedsim (as vLLM v1) names full blocks at allocation, so they do.
 
-Result of ``python scripts/nanovllm_blocks.py /tmp/nano-vllm`` (nano-vllm commit
+Result of ``python scripts/nanovllm_blocks.py ../nano-vllm`` (nano-vllm commit
 bb823b3, 2,000 requests of the default system-prompt shape, 64 running at most, blocks
 of 16 tokens), printed by this script::
 
