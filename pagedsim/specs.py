@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .kv_spec import LayerKV, full
 from .units import GiB, MiB
 from .validate import check_int
 
@@ -18,6 +19,12 @@ class ModelSpec:
 
     ``weights_bytes`` is the size of the weights in the serving dtype;
     ``max_model_len`` is the longest sequence (prompt + output, in tokens) it serves.
+
+    ``layers`` is the per-layer KV spec (:mod:`pagedsim.kv_spec`) of models that are not
+    all full attention with ``num_kv_heads`` x ``head_dim`` (sliding-window, MLA and hybrid
+    models); empty means that uniform stack, the seed's formula. ``dtype_bytes`` is the
+    serving dtype's size, which the KV cache takes unless told otherwise (fp8).
+    ``source`` says where the facts come from (a Hugging Face config.json).
     """
 
     name: str
@@ -28,6 +35,8 @@ class ModelSpec:
     dtype_bytes: int
     weights_bytes: int
     max_model_len: int
+    layers: tuple[LayerKV, ...] = ()
+    source: str = ""
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "dtype_bytes",
@@ -39,12 +48,36 @@ class ModelSpec:
                 f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
                 f"num_kv_heads ({self.num_kv_heads})"
             )
+        if not isinstance(self.layers, tuple) or not all(
+                isinstance(layer, LayerKV) for layer in self.layers):
+            raise TypeError(f"{self.name}: layers must be a tuple of LayerKV, "
+                            f"got {type(self.layers).__name__}")
+        if self.layers and len(self.layers) != self.num_layers:
+            raise ValueError(f"{self.name}: {len(self.layers)} layer specs for "
+                             f"num_layers {self.num_layers}")
+
+    @property
+    def kv_layers(self) -> tuple[LayerKV, ...]:
+        """The per-layer KV spec: ``layers``, or ``num_layers`` full-attention layers."""
+        return self.layers or (full(self.num_kv_heads, self.head_dim),) * self.num_layers
+
+    @property
+    def is_uniform_full_attention(self) -> bool:
+        """Whether every layer is full attention with the model's kv heads x head_dim
+        (the seed's formula holds exactly)."""
+        return all(layer == full(self.num_kv_heads, self.head_dim) for layer in self.layers)
 
     @property
     def bytes_per_token(self) -> int:
         """KV-cache bytes for one token across all layers: 2 (K and V) x layers x kv heads
-        x head_dim x dtype bytes."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        x head_dim x dtype bytes for a uniform model; otherwise the sum of the layers'
+        bytes per token (an MLA layer its latent, no factor 2). A sliding-window layer
+        counts as much per token as a full one (the simulator keeps every token of it;
+        vLLM's hybrid budget, :mod:`pagedsim.vllm_kv`, keeps only the window); state and
+        no-KV layers count nothing per token."""
+        if not self.layers:
+            return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        return sum(layer.bytes_per_token(self.dtype_bytes) for layer in self.layers)
 
     @property
     def hidden_size(self) -> int:
@@ -85,14 +118,26 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llama-2-13b", 40, 40, 40, 128, 2, _params_bytes(13.0e9), 4096),
         ModelSpec("llama-2-70b", 80, 64, 8, 128, 2, _params_bytes(69.0e9), 4096),  # GQA, 8 kv heads
         ModelSpec("llama-3-8b", 32, 32, 8, 128, 2, _params_bytes(8.03e9), 8192),  # GQA, 8 kv heads
-        # Llama 3.1: the same shapes with a 128K context (Mooncake's prompts average 12K).
-        ModelSpec("llama-3.1-8b", 32, 32, 8, 128, 2, _params_bytes(8.03e9), 131072),
         # The vLLM paper's models (OPT, max 2048 tokens): 13B has 800 KiB per token.
         ModelSpec("opt-13b", 40, 40, 40, 128, 2, 26 * GiB, 2048),
         ModelSpec("opt-66b", 64, 72, 72, 128, 2, 132 * GiB, 2048),
         ModelSpec("opt-175b", 96, 96, 96, 128, 2, 346 * GiB, 2048),
     )
 }
+
+
+def _add_current_models() -> None:
+    """Today's models (Llama 3.1 with its 128K context, Qwen3, Mistral, gpt-oss, Gemma 3,
+    DeepSeek-V3), read from the package's data file by :mod:`pagedsim.model_presets`."""
+    from .model_presets import load_model_presets  # here: it builds ModelSpecs
+
+    for name, spec in load_model_presets().items():
+        if name in MODELS:
+            raise ValueError(f"model preset {name!r} is defined twice")
+        MODELS[name] = spec
+
+
+_add_current_models()
 
 #: GPU presets. Memory is what ``nvidia-smi`` reports (MiB), HBM bandwidth and dense
 #: fp16/bf16 tensor-core peak are NVIDIA's datasheet figures (SXM parts).
@@ -108,11 +153,22 @@ GPUS: dict[str, GpuSpec] = {
 
 
 def get_model(name: str) -> ModelSpec:
-    """Look up a model preset by name (error lists the valid names)."""
+    """Look up a model preset by name, or read a Hugging Face config.json when ``name`` is
+    a path to one (ends in ``.json`` or holds a ``/``; :mod:`pagedsim.hf_config`). The
+    error lists the valid names."""
     try:
         return MODELS[name]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}") from None
+        pass
+    except TypeError:
+        raise TypeError(f"model must be a preset name or a config.json path, got {name!r}"
+                        ) from None
+    from .hf_config import load_config, looks_like_config_path  # here: it imports specs
+
+    if isinstance(name, str) and looks_like_config_path(name):
+        return load_config(name)
+    raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}, or a path to "
+                     "a Hugging Face config.json")
 
 
 def get_gpu(name: str) -> GpuSpec:
