@@ -143,6 +143,9 @@ class SchemeMeasurement:
     evictions: int = 0  # cached blocks evicted, whole run
     cuda_max_allocated_bytes: int | None = None
     cuda_max_reserved_bytes: int | None = None
+    #: Requests the scheduler rejected, ``(request_id, reason)``: reported, never dropped.
+    rejections: list[tuple[int, str]] = field(default_factory=list)
+    num_requests: int = 0  # requests in the workload
 
 
 def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:
@@ -215,14 +218,16 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     sched_cfg = pagedsim.SchedulerConfig(preemption=cfg.preemption,
                                          cpu_swap_slots=cfg.cpu_swap_slots, seed=cfg.seed,
                                          policy=cfg.policy,
-                                         max_num_batched_tokens=cfg.max_num_batched_tokens)
+                                         max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                         max_model_len=cfg.max_model_len)
 
     # 1. The simulator alone.
     sim_allocator = _allocator(cfg, scheme)
     if corrupt_accounting is not None:
         corrupt_accounting(sim_allocator)
-    predicted = pagedsim.simulate(requests, sim_allocator, cost, sched_cfg,
-                                  scheme=scheme, progress=False).steps()
+    sim_result = pagedsim.simulate(requests, sim_allocator, cost, sched_cfg, scheme=scheme,
+                                   progress=False)
+    predicted = sim_result.steps()
 
     # 2. The real executor, on a cache whose allocator the scheduler drives.
     # Regions are measured as buffers for the schemes drawn as an arena of regions.
@@ -293,16 +298,23 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
         frame["bytes_gap"] = frame["token_gap_slots"] * bytes_per_slot
     return SchemeMeasurement(
         scheme=scheme, frame=frame, bytes_per_slot=bytes_per_slot,
-        max_token_gap_slots=int(frame["token_gap_slots"].abs().max()),
-        max_bytes_gap=int(frame["bytes_gap"].abs().max()),
-        max_cached_gap_slots=(int(frame["cached_gap_slots"].abs().max()) if paged else None),
+        max_token_gap_slots=_largest(frame["token_gap_slots"]),
+        max_bytes_gap=_largest(frame["bytes_gap"]),
+        max_cached_gap_slots=_largest(frame["cached_gap_slots"]) if paged else None,
         prefix_hit_tokens=int(frame["prefix_hit_tokens"].sum()),
         prefill_tokens_cached=int(frame["prefill_tokens_cached"].sum()),
         evictions=int(frame["evictions"].sum()),
-        cuda_max_allocated_bytes=(int(frame["cuda_allocated_bytes"].max()) if on_cuda
-                                  else None),
-        cuda_max_reserved_bytes=int(frame["cuda_reserved_bytes"].max()) if on_cuda else None,
+        cuda_max_allocated_bytes=_largest(frame["cuda_allocated_bytes"]) if on_cuda else None,
+        cuda_max_reserved_bytes=_largest(frame["cuda_reserved_bytes"]) if on_cuda else None,
+        rejections=sim_result.rejections, num_requests=len(requests),
     )
+
+
+def _largest(column) -> int:
+    """The largest absolute value of a step column; 0 for a run with no step (every
+    request rejected), whose max is NaN."""
+    value = column.abs().max()
+    return 0 if value != value else int(value)
 
 
 def budget_check(model: ModelConfig, gpu_memory_utilization: float = 0.9,
@@ -355,6 +367,10 @@ def run(cfg: MeasureConfig, out: Path | None = None, progress: bool | None = Non
             if m.prefix_hit_tokens or m.evictions:
                 line += (f"  prefix hits {m.prefix_hit_tokens} tokens, cached-slot gap "
                          f"{m.max_cached_gap_slots}, {m.evictions} evictions")
+            if m.rejections:
+                rid, reason = m.rejections[0]
+                line += (f"  {len(m.rejections)} of {m.num_requests} requests rejected, "
+                         f"e.g. request {rid}: {reason}")
             if m.cuda_max_allocated_bytes is not None:
                 line += (f"  cuda allocated/reserved peak {m.cuda_max_allocated_bytes:,} / "
                          f"{m.cuda_max_reserved_bytes:,} bytes")

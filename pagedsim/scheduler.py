@@ -47,11 +47,11 @@ admitted again like a new request (the prompt prefilled once, the samples or bea
 forked again), so it regains its sharing and its outputs are generated again.
 
 A request that can never run is rejected, with a reason the run reports
-(``SequenceGroup.reject_reason``, ``StepPlan.rejected``): one wider than
-``max_num_seqs``, a prompt longer than ``max_num_batched_tokens`` under ``v0`` (one
-step could never prefill it), one that does not fit the pool while nothing else holds
-memory, and one that outgrows the whole pool while running alone. Nothing else is ever
-dropped.
+(``SequenceGroup.reject_reason``, ``StepPlan.rejected``; :mod:`pagedsim.scheduler_reasons`):
+one longer than ``max_model_len``, one wider than ``max_num_seqs``, a prompt longer than
+``max_num_batched_tokens`` under ``v0``, one that does not fit the pool while nothing
+else holds memory, and one that outgrows the whole pool while running alone. Nothing
+else is ever dropped. A swapped group comes back past the watermark when nothing runs.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from collections.abc import Iterable
 from .allocators.base import Allocator, SeqId
 from .plan import ForkItem, PrefillItem, SequenceGroup, StepPlan
 from .scheduler_config import POLICIES, PREEMPTION_MODES, BeamModel, SchedulerConfig
+from .scheduler_reasons import describe, no_fit_reason, outgrows_reason, too_long_reason
 from .waiting_order import order_waiting
 from .workload import Request
 
@@ -92,6 +93,12 @@ class Scheduler:
         self._releases = 0
         self._blocked: tuple[SequenceGroup, int, int] | None = None  # group, chunk, epoch
         self.num_swaps_out = self.num_swaps_in = self.num_cow_copies = 0
+        # The longest request the model runs (tokens): the config's, else the allocator's
+        # (contiguous regions and vAttention's virtual regions are that long); None: no limit.
+        limits = [m for m in (self.config.max_model_len, getattr(allocator, "max_model_len",
+                                                                 None)) if m is not None]
+        self.max_model_len: int | None = min(limits) if limits else None
+        self._too_long: list[SequenceGroup] = []  # rejected at the start of the next step
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup:
@@ -99,7 +106,11 @@ class Scheduler:
             raise ValueError(f"request id {request.request_id} added twice")
         group = SequenceGroup(request, [self._new_seq_id()])
         self.groups[request.request_id] = group
-        self.waiting.append(group)
+        limit = self.max_model_len
+        if limit is not None and request.prompt_len + request.output_len > limit:
+            self._too_long.append(group)  # never queued: no allocator is asked about it
+        else:
+            self.waiting.append(group)
         return group
 
     def add_requests(self, requests: Iterable[Request]) -> None:
@@ -107,7 +118,8 @@ class Scheduler:
             self.add_request(r)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running or self.swapped or self._to_free)
+        return bool(self.waiting or self.running or self.swapped or self._to_free
+                    or self._too_long)
 
     def _new_seq_id(self) -> int:
         self._next_seq += 1
@@ -136,6 +148,10 @@ class Scheduler:
             alloc.free(seq_id)
         plan.frees.extend(self._to_free)
         self._to_free = []
+        for group in self._too_long:
+            assert self.max_model_len is not None
+            self._reject(group, plan, too_long_reason(group, self.max_model_len))
+        self._too_long = []
         for group in self.running:
             if group.pending_frees:
                 self._releases += 1
@@ -190,8 +206,11 @@ class Scheduler:
         return victims
 
     def _swap_in_all(self, plan: StepPlan) -> None:
-        """Swapped requests come back first, oldest first."""
-        while self.swapped and self._can_swap_in(self.swapped[0]):
+        """Swapped requests come back first, oldest first. With nothing running, the
+        oldest comes back even into the watermark (as admission does): the watermark
+        keeps room for running requests' growth, and nothing else could ever free it."""
+        while self.swapped and (self._can_swap_in(self.swapped[0]) or (
+                not self.running and self._can_swap_in(self.swapped[0], watermark=0.0))):
             self._swap_in(self.swapped.popleft(), plan)
 
     def _run_running(self, plan: StepPlan, budget: int | None
@@ -216,7 +235,7 @@ class Scheduler:
             while not (alloc.can_extend(group.seq_ids[0], want) if chunk
                        else alloc.can_append_all(group.seq_ids)):
                 if not queue and not self.running:  # alone, and still no room: never will be
-                    self._reject(group, plan, self._outgrows_reason(group))
+                    self._reject(group, plan, outgrows_reason(alloc, group))
                     break
                 victim = queue.pop() if queue else group
                 self._preempt(victim, plan)
@@ -340,11 +359,12 @@ class Scheduler:
                 group.pending_forks = []
                 group.pending_frees = []
 
-    def _can_swap_in(self, group: SequenceGroup) -> bool:
+    def _can_swap_in(self, group: SequenceGroup, watermark: float | None = None) -> bool:
         assert group.swapped is not None
         if self._num_running_seqs() + len(group.seq_ids) > self.config.max_num_seqs:
             return False
-        return self.allocator.can_swap_in(group.swapped, self.config.watermark)
+        watermark = self.config.watermark if watermark is None else watermark
+        return self.allocator.can_swap_in(group.swapped, watermark)
 
     def _swap_in(self, group: SequenceGroup, plan: StepPlan) -> None:
         assert group.swapped is not None
@@ -387,7 +407,7 @@ class Scheduler:
             prefill_tokens = (num_tokens - hit) * (len(group.seq_ids) if recompute else 1)
             if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
                 self._reject(self.waiting.popleft(), plan,
-                             f"{self._describe(group)}: its prompt is longer than "
+                             f"{describe(group)}: its prompt is longer than "
                              f"max_num_batched_tokens ({cfg.max_num_batched_tokens}), the "
                              "most one step prefills (the chunked policy would split it)")
                 continue
@@ -413,7 +433,7 @@ class Scheduler:
                 # growth; with none running it must not keep a request out for good.
                 if not self._allocate_group(group, chunk, recompute, watermark=0.0):
                     self._reject(self.waiting.popleft(), plan,
-                                 self._no_fit_reason(group, chunk, recompute))
+                                 no_fit_reason(self.allocator, group, chunk, recompute))
                     continue
             self.waiting.popleft()
             group.status = "running"
@@ -477,23 +497,3 @@ class Scheduler:
         group.pending_forks, group.pending_frees = [], []
         plan.rejected.append(rid)
         self.num_rejected += 1
-
-    def _describe(self, group: SequenceGroup) -> str:
-        r = group.request
-        return (f"request {r.request_id} (prompt {r.prompt_len} + output {r.output_len} "
-                f"tokens, width {group.width})")
-
-    def _no_fit_reason(self, group: SequenceGroup, num_tokens: int, recompute: bool) -> str:
-        per_seq = self.allocator.slots_needed(num_tokens, group.kv_final_len)
-        many = (f"; it starts {len(group.seq_ids)} sequences" if recompute
-                else f" (and room for {group.width - 1} forks, in schemes that cannot share)"
-                if group.width > 1 else "")
-        return (f"{self._describe(group)} does not fit the empty pool of "
-                f"{self.allocator.capacity_slots:,} slots: this scheme takes {per_seq:,} "
-                f"slots for one sequence of {num_tokens} tokens at admission{many}")
-
-    def _outgrows_reason(self, group: SequenceGroup) -> str:
-        used = self.allocator.capacity_slots - self.allocator.num_free_slots
-        return (f"{self._describe(group)} outgrows the whole pool of "
-                f"{self.allocator.capacity_slots:,} slots while running alone (it held "
-                f"{used:,} slots after {group.num_output} output tokens)")

@@ -37,6 +37,9 @@ class SchedulerConfig:
     seed: int = 0  # beam search randomness
     policy: str = "v0"  # see POLICIES
     order: str = "fcfs"  # see ORDERS
+    #: Longest request in tokens (prompt + output); longer ones are rejected with a reason.
+    #: None: the allocator's own limit if it has one (contiguous, vAttention), else none.
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
@@ -50,6 +53,8 @@ class SchedulerConfig:
         check_int("seed", self.seed, minimum=0)
         check_choice("policy", self.policy, POLICIES)
         check_choice("order", self.order, ORDERS)
+        if self.max_model_len is not None:
+            check_int("max_model_len", self.max_model_len, minimum=1)
 
 
 class BeamModel:

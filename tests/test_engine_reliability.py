@@ -95,3 +95,61 @@ def test_stale_or_foreign_swapped_group_is_refused(make):
     with pytest.raises(ValueError, match="already swapped in"):
         a.swap_in(group)
     assert a.snapshot() == before
+
+
+# ------------------------------------------- issue 22, part 2: no stall, no abort mid-run
+
+def _all_schemes_allocators(capacity_slots: int, max_model_len: int):
+    from pagedsim.schemes import SCHEMES
+
+    model = get_model("opt-13b")
+    for name in SCHEMES:
+        yield name, make_allocator(name, capacity_slots, 16, max_model_len, model=model)
+
+
+def test_swapped_group_larger_than_the_pool_minus_the_watermark_comes_back():
+    """Was: 'simulation stalled: 0 waiting, 1 swapped, 0 running' (vattention, watermark
+    0.3: the swapped request needs more than 70% of the pool, and nothing runs to free
+    the rest). Now it comes back past the watermark once nothing runs."""
+    alloc = make_allocator("vattention", 2048, 16, 2048, model=get_model("opt-13b"))
+    cfg = SchedulerConfig(watermark=0.3, preemption="swap", cpu_swap_slots=10**6)
+    reqs = [Request(0, 0.0, 99, 1543), Request(1, 0.0, 1207, 341)]
+    result = simulate(reqs, alloc, COST, cfg, progress=False)
+    assert result.rejections == [] and result.num_swaps_out >= 1
+    assert {row[0]: row[9] for row in result.request_rows} == {0: 1543, 1: 341}
+    assert alloc.num_seqs == 0
+
+
+@pytest.mark.parametrize("policy", ["v0", "chunked"])
+def test_request_longer_than_max_model_len_is_rejected_in_every_scheme(policy):
+    """Was: contiguous runs aborted mid-way ('final_len (699) exceeds max_model_len (512)',
+    the other requests' results lost), vattention rejected it as 'outgrows the whole
+    pool'. Now every scheme rejects it with the limit's name, and the others finish."""
+    reqs = [Request(0, 0.0, 100, 50), Request(1, 0.0, 400, 300), Request(2, 0.0, 50, 20)]
+    for name, alloc in _all_schemes_allocators(40_960, 512):
+        cfg = SchedulerConfig(max_model_len=512, policy=policy)
+        result = simulate(reqs, alloc, COST, cfg, progress=False, scheme=name)
+        (rid, reason), = result.rejections
+        assert rid == 1, name
+        assert "700 tokens are more than max_model_len (512)" in reason, (name, reason)
+        outputs = {row[0]: row[9] for row in result.request_rows}
+        assert outputs == {0: 50, 1: 0, 2: 20}, name
+        assert alloc.num_seqs == 0, name
+
+
+def test_allocator_limit_is_used_when_the_config_sets_none():
+    """simulate() without max_model_len in the config takes the allocator's own limit
+    (contiguous and vAttention regions), so the run no longer aborts."""
+    alloc = make_allocator("contiguous-pow2", 40_960, 16, 512)
+    result = simulate([Request(0, 0.0, 400, 300), Request(1, 0.0, 10, 10)], alloc, COST,
+                      progress=False)
+    assert [rid for rid, _ in result.rejections] == [0]
+    assert "max_model_len (512)" in result.rejections[0][1]
+
+
+def test_experiments_pass_the_models_max_model_len_to_the_scheduler():
+    """compare / sweep / figures (Experiment.scheduler_config) reject, never abort, a
+    request longer than the model's context, in every scheme."""
+    from pagedsim.experiments import Experiment
+
+    assert Experiment().scheduler_config().max_model_len == get_model("opt-13b").max_model_len

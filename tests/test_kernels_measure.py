@@ -100,3 +100,16 @@ def test_cli_bad_input_is_one_line(capsys):
     assert main(["--schemes", "paged,nonsense", "--backend", "torch"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nonsense" in err[0]
+
+
+def test_every_request_rejected_is_reported_not_a_nan_traceback(tmp_path, capsys):
+    """Was: 'error: cannot convert float NaN to integer' (no step to take a max over),
+    the rejections unreported. A pool of 2 blocks of 4 slots fits no request."""
+    rc = main(["--schemes", "paged,contiguous-oracle", "--num-requests", "3", "--num-blocks",
+               "2", "--backend", "torch", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.count("3 of 3 requests rejected, e.g. request 0") == 2
+    assert "does not fit the empty pool of 8 slots" in out
+    m = measure_scheme(small(num_blocks=2, num_requests=3), "paged", progress=False)
+    assert len(m.rejections) == 3 and m.max_token_gap_slots == 0

@@ -183,13 +183,15 @@ class Experiment:
                          num_gpus=self.num_gpus).max_tokens
 
     def scheduler_config(self) -> SchedulerConfig:
-        """The scheduler's limits; the CPU swap pool in slots from ``swap_bytes``."""
+        """The scheduler's limits; the CPU swap pool in slots from ``swap_bytes``; requests
+        longer than the model's ``max_model_len`` rejected, in every scheme."""
         model = get_model(self.model)
         batched = self.max_num_batched_tokens or max(2048, model.max_model_len)
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=batched,
             preemption=self.preemption, seed=self.seed, policy=self.policy, order=self.order,
             cpu_swap_slots=self.swap_bytes // model.bytes_per_token,
+            max_model_len=model.max_model_len,
         )
 
     def cost_model(self) -> CostModel:
