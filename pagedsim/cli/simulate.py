@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 from ..budget import BUDGET_PRESETS, PAPER_OPT_13B, get_budget_preset
 from ..scheduler import POLICIES, PREEMPTION_MODES
 from ..scheduler_config import ORDERS
-from ..specs import GPUS, MODELS
+from ..specs import GPUS
 from ..traces import ON_TOO_LONG, TraceError
 from ..units import GiB
 from .argtypes import csv_list, gib_to_bytes, jobs, nonempty, preset, rate, whole
 from .base import PROG, UNITS_NOTE, CliError
 from .dask import add_dask_option, with_dask
+from .presets import MODEL_HELP, model_arg
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..experiments import Experiment
@@ -93,9 +94,10 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                         f"{paper.budget().max_tokens:,} KV slots; 'pagedsim budget --preset "
                         f"{paper.name}' shows the arithmetic). The flags below override "
                         f"its parts")
-    p.add_argument("--model", default=None, metavar="NAME", type=preset("model", MODELS),
-                   help=f"model preset, one of: {', '.join(MODELS)}, any case (default "
-                        f"the preset's, {paper.model})")
+    p.add_argument("--model", default=None, metavar="NAME|CONFIG", type=model_arg,
+                   help=f"{MODEL_HELP} (default the preset's, {paper.model}); sliding-window "
+                        "and hybrid models are simulated as all full attention for now "
+                        "(issue 24), MLA models by their latent")
     p.add_argument("--gpu", default=None, metavar="NAME", type=preset("gpu", GPUS),
                    help=f"GPU preset, one of: {', '.join(GPUS)}, any case (default the "
                         f"preset's, {paper.gpu})")
