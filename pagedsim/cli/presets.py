@@ -15,11 +15,14 @@ from ..budget import (
     kv_budget,
     preset_of,
 )
+from ..hf_config import looks_like_config_path
+from ..kv_spec import KV_CACHE_DTYPE_BYTES
 from ..specs import GPUS, MODELS, get_gpu, get_model
 from ..textfmt import format_table
 from ..units import GiB, KiB, MiB
-from .argtypes import gib_to_bytes, preset, whole
+from .argtypes import gib_to_bytes, preset, shown, whole
 from .base import UNITS_NOTE, CliError
+from .vllm_budget import run_vllm_budget, wants_vllm_report
 
 # --------------------------------------------------------------------------------------
 # Formatting helpers (numbers computed, never typed in).
@@ -46,6 +49,32 @@ def _size(num_bytes: float) -> str:
         if abs(num_bytes) >= scale:
             return f"{_num(num_bytes / scale)} {unit}"
     return f"{_num(num_bytes)} bytes"
+
+
+# --------------------------------------------------------------------------------------
+# --model: a preset or a config.json
+
+
+def model_arg(text: str) -> str:
+    """A ``--model`` value: a preset name (any case) or a path to a Hugging Face
+    config.json (or its folder), read at once so a bad file fails before any work."""
+    if looks_like_config_path(text.strip()):
+        try:
+            get_model(text.strip())
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text.strip()
+    try:
+        return preset("model", MODELS)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"unknown model {shown(text)}; valid: {', '.join(MODELS)}, or a path to a "
+            "Hugging Face config.json") from None
+
+
+#: ``--model``'s help, shared by the commands that take it.
+MODEL_HELP = (f"model preset, one of: {', '.join(MODELS)} (any case), or PATH/config.json "
+              "of a Hugging Face model (read locally, never downloaded)")
 
 
 # --------------------------------------------------------------------------------------
@@ -80,9 +109,8 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
                                     f"{b.activation_bytes / GiB:g} GiB of activations: "
                                     f"{b.source})" for b in BUDGET_PRESETS.values())
                         + ". The other flags override its parts")
-    p.add_argument("--model", default=None, metavar="NAME", type=preset("model", MODELS),
-                   help=f"model preset, one of: {', '.join(MODELS)} (any case); required "
-                        "without --preset")
+    p.add_argument("--model", default=None, metavar="NAME|CONFIG", type=model_arg,
+                   help=MODEL_HELP + "; required without --preset")
     p.add_argument("--gpu", default=None, metavar="NAME", type=preset("gpu", GPUS),
                    help=f"GPU preset, one of: {', '.join(GPUS)} (any case); required "
                         "without --preset")
@@ -95,16 +123,42 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--activation-gb", type=gib_to_bytes, default=None, metavar="GIB",
                    help="peak activation and other non-KV memory across all GPUs, in GiB "
                         f"(default {BUDGET_ACTIVATION_BYTES}; with --preset, the preset's)")
-    p.add_argument("--block-size", type=whole, default=16, metavar="TOKENS",
-                   help="token slots per KV block (default 16, as in vLLM)")
+    p.add_argument("--block-size", type=whole, default=None, metavar="TOKENS",
+                   help="token slots per KV block (default 16, as in vLLM; 64 for MLA "
+                        "models in vLLM's sizing, as its FlashMLA backend sets)")
     p.add_argument("--num-gpus", type=whole, default=None, metavar="N",
                    help="GPUs the model is sharded over; memory and KV cache add up "
                         "(default 1; with --preset, the preset's)")
     p.add_argument("--seq-len", type=whole, default=1024, metavar="TOKENS",
                    help="sequence length for the per-sequence example line (default 1024)")
+    g = p.add_argument_group(
+        "vLLM's sizing", "With any of these, or a sliding-window, hybrid or MLA model, the "
+        "budget is computed as vLLM v1 computes it (pagedsim.vllm_kv: per-layer KV specs, "
+        "KV-cache groups of the hybrid allocator, TP and PP per GPU) and ends with the two "
+        "lines vLLM logs, 'GPU KV cache size' and 'Maximum concurrency'")
+    g.add_argument("--kv-cache-memory-gb", type=gib_to_bytes, default=None, metavar="GIB",
+                   help="KV memory of one GPU in GiB: vLLM's kv_cache_memory_bytes, or the "
+                        "'Available KV cache memory' a vLLM log printed (instead of --gpu "
+                        "and utilization)")
+    g.add_argument("--tensor-parallel-size", type=whole, default=None, metavar="N",
+                   help="GPUs per stage; each holds kv_heads // N KV heads (at least one, "
+                        "replicated past the KV heads; an MLA latent whole on each)")
+    g.add_argument("--pipeline-parallel-size", type=whole, default=None, metavar="N",
+                   help="pipeline stages, each with its own layers (vLLM's split)")
+    g.add_argument("--kv-cache-dtype", default=None, choices=list(KV_CACHE_DTYPE_BYTES),
+                   help="KV element type (default auto: the model's dtype); fp8 variants "
+                        "take 1 byte")
+    g.add_argument("--max-model-len", type=whole, default=None, metavar="TOKENS",
+                   help="longest request (default: the model's max_position_embeddings)")
+    g.add_argument("--max-num-batched-tokens", type=whole, default=None, metavar="TOKENS",
+                   help="tokens per step (default 8192, vLLM serve's on large GPUs); only "
+                        "sliding-window concurrency depends on it")
+    g.add_argument("--disable-hybrid-kv-cache-manager", action="store_true",
+                   help="as vLLM's flag: sliding-window layers keep every token, one group")
     p.add_argument("--json", action="store_true",
                    help="print the budget's fields as one JSON object (sizes in bytes), "
-                        "with 'preset': the named setting it is, or null")
+                        "with 'preset': the named setting it is, or null; in vLLM's "
+                        "sizing, with gpu_kv_cache_size_tokens and max_concurrency")
     p.set_defaults(run=run_budget)
 
 
@@ -173,6 +227,8 @@ def run_budget(args: argparse.Namespace) -> int:
         raise ValueError(f"--seq-len must be >= 1, got {args.seq_len!r}")
     chosen = get_budget_preset(args.preset) if args.preset else None
     for flag, value in (("--model", args.model), ("--gpu", args.gpu)):
+        if flag == "--gpu" and args.kv_cache_memory_gb is not None:
+            continue
         if value is None and chosen is None:
             raise CliError(f"argument {flag}: required without --preset (one of: "
                            f"{', '.join(BUDGET_PRESETS)})")
@@ -182,6 +238,9 @@ def run_budget(args: argparse.Namespace) -> int:
             return value
         return from_preset if chosen is not None else default
 
+    spec = get_model(pick(args.model, chosen and chosen.model, None))
+    if wants_vllm_report(args, spec):
+        return run_vllm_budget(args, spec, chosen)
     b = kv_budget(
         pick(args.model, chosen and chosen.model, None),
         pick(args.gpu, chosen and chosen.gpu, None),
@@ -191,7 +250,7 @@ def run_budget(args: argparse.Namespace) -> int:
                                     BUDGET_UTILIZATION),
         activation_bytes=pick(args.activation_gb, chosen and chosen.activation_bytes,
                               BUDGET_ACTIVATION_BYTES),
-        block_size=args.block_size,
+        block_size=16 if args.block_size is None else args.block_size,
         num_gpus=pick(args.num_gpus, chosen and chosen.num_gpus, 1),
     )
     if args.json:
