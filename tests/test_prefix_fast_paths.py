@@ -10,7 +10,7 @@ import random
 import pytest
 
 from pagedsim.allocators import PagedAllocator, PrefixCachingAllocator
-from pagedsim.allocators.fast_usage import usage_by_last_blocks
+from pagedsim.allocators.fast_usage import usage_by_block_walk, usage_by_last_blocks
 from pagedsim.allocators.prefix_chain import extend_chain
 from pagedsim.prompts import block_hashes
 from pagedsim.sharing_workloads import sharing_workload
@@ -108,7 +108,9 @@ def test_usage_by_last_blocks_on_a_paged_pool_with_forks() -> None:
     assert a.num_shared_blocks > 0
     fast = usage_by_last_blocks(a._seqs, a._ref, a.block_size,
                                 a.num_used_blocks, a.usage().logical_blocks)
-    assert fast == a.usage()
+    walked = usage_by_block_walk(a._seqs, a._ref, a.block_size,
+                                 a.num_used_blocks, a.usage().logical_blocks)
+    assert fast == walked == a.usage()
 
 
 def test_can_append_all_of_one_sequence_matches_the_general_count() -> None:

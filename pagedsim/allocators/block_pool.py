@@ -1,152 +1,149 @@
-"""The block pool under vLLM v1's prefix cache (``vllm/v1/core/block_pool.py``): paged
-blocks, a free queue that keeps cached blocks, and the map from content hashes to blocks.
+"""The pool under vLLM v1's prefix cache (``vllm/v1/core/block_pool.py``): a free queue
+that keeps freed blocks' content, and the map from content hashes to blocks.
 
-* ``_free``, the *free queue*: every block with reference count 0, never-used and
-  cached alike, least recently freed first; an ``OrderedDict`` gives O(1) remove (a hit
-  takes a cached block out of the middle) and append. New blocks come from its head.
-* ``_hash``: block -> the chained hash naming its content (None: not full, or content
-  unknown). ``_cached``: hash -> the block a lookup finds for that content, and
-  ``_dups``: hash -> the other blocks holding it, in the order they were named (vLLM v1
-  keeps duplicates: two requests that computed the same block before either finished).
-* Eviction is lazy: a cached block is dropped from the map only when the free queue
-  hands it out for new content (:meth:`BlockPool._take_many`); ``on_release`` reports it
-  then, not when it was freed, since its K/V is still wanted until that moment.
+* ``free``, the *free queue*: every block nobody holds, never-used and cached alike,
+  least recently freed first; an ``OrderedDict`` gives O(1) remove (a hit takes a
+  cached block out of the middle) and append. New blocks come from its head.
+* ``hashes``: block -> the chained hash naming its content (None: not full, or content
+  unknown). ``cached``: hash -> the block a lookup finds for that content, and ``dups``:
+  hash -> the other blocks holding it, in the order they were named (vLLM v1 keeps
+  duplicates: two requests that computed the same block before either finished).
+* Eviction is lazy: a cached block loses its name only when the free queue hands it out
+  for new content (:meth:`BlockPool.get_new_blocks`); ``on_release`` reports it then,
+  not when it was freed, since its K/V is still wanted until that moment.
 
 Accounting: blocks in the free queue with a hash are the ``cached`` category (free to take,
-but holding reusable K/V); the others are ``free``. :class:`~pagedsim.allocators.
-prefix_cache.PrefixCachingAllocator` builds lookup, admission, growth and release on it.
+but holding reusable K/V); the others are ``free``. The block tables, reference counts,
+lookups and naming are the manager's (:mod:`pagedsim.allocators.block_manager`); this
+pool answers the same calls as the plain :class:`~pagedsim.allocators.free_list.FreeList`.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable
 
-from .base import SeqId, SlotUsage
-from .fast_usage import usage_by_last_blocks
-from .paged import PagedAllocator
+from ..validate import check_int
 
 
-class BlockPool(PagedAllocator):
-    """Paged blocks whose content is named by hashes, and a free queue that keeps them."""
+class BlockPool:
+    """Blocks whose content is named by hashes, and a free queue that keeps them."""
+
+    caches = True
 
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
-        super().__init__(num_blocks, block_size)
+        self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
+        self.block_size = check_int("block_size", block_size, minimum=1)
         # The free queue, least recently freed first (block 0 first at the start).
-        self._free = OrderedDict.fromkeys(range(self.num_blocks))  # type: ignore[assignment]
-        self._hash: list[int | None] = [None] * self.num_blocks  # block -> its hash
-        self._cached: dict[int, int] = {}  # hash -> the block lookups find (named first)
-        self._dups: dict[int, list[int]] = {}  # hash -> later blocks with that content
-        self._num_cached_free = 0  # blocks in the free queue that hold a hash
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.num_blocks))
+        self.hashes: list[int | None] = [None] * self.num_blocks  # block -> its hash
+        self.cached: dict[int, int] = {}  # hash -> the block lookups find (named first)
+        self.dups: dict[int, list[int]] = {}  # hash -> later blocks with that content
+        self.num_cached_blocks = 0  # blocks in the free queue that hold a hash
         self.evicted_blocks = 0
+        self.on_release: Callable[[int, int], None] | None = None
 
-    def _hits(self, hashes: list[int], most_blocks: int) -> list[int]:
-        """The cached blocks of the longest prefix of ``hashes`` (at most ``most_blocks``)."""
-        get = self._cached.get
-        out = []
-        for h in hashes[:most_blocks]:
-            b = get(h)
-            if b is None:
-                break
-            out.append(b)
-        return out
+    def get_num_free_blocks(self) -> int:
+        """Blocks a new allocation may take (cached ones too: they are evicted)."""
+        return len(self.free)
 
-    def _take(self) -> int:
-        """The block at the head of the free queue; a cached one is evicted now."""
-        b, _ = self._free.popitem(last=False)
-        h = self._hash[b]
-        if h is not None:
-            self._drop_hash(b, h)
-            self._num_cached_free -= 1
-            self.evicted_blocks += 1
-            if self.on_release is not None:
-                self.on_release(b * self.block_size, self.block_size)
-        return b
+    # ------------------------------------------------------------ handing out
+    def get_new_block(self) -> int:
+        """The block at the head of the free queue (``IndexError`` when it is empty); a
+        cached one is evicted now."""
+        if not self.free:
+            raise IndexError("the free queue is empty")
+        return self.get_new_blocks(1)[0]
 
-    def _take_many(self, k: int) -> list[int]:
-        """``k`` blocks from the head of the free queue, each with reference count 1 (the
-        body of :meth:`_take`, inlined: an admission takes hundreds of blocks)."""
-        popitem, names, hook = self._free.popitem, self._hash, self.on_release
-        ref, bs, cached, dups = self._ref, self.block_size, self._cached, self._dups
+    def get_new_blocks(self, n: int) -> list[int]:
+        """``n`` blocks from the head of the free queue (caller checked room), evicting
+        the cached ones among them (reported to ``on_release``)."""
+        popitem, names, hook = self.free.popitem, self.hashes, self.on_release
+        bs, cached, dups = self.block_size, self.cached, self.dups
         out = []
         evicted = 0
-        for _ in range(k):
+        for _ in range(n):
             b = popitem(last=False)[0]
             h = names[b]
-            if h is not None:  # evict it (the common case of _drop_hash, inlined)
+            if h is not None:  # evict it (the common case of forget, inlined)
                 if cached[h] == b and h not in dups:
                     del cached[h]
                     names[b] = None
                 else:
-                    self._drop_hash(b, h)
+                    self.forget(b, h)
                 evicted += 1
                 if hook is not None:
                     hook(b * bs, bs)
-            ref[b] = 1
             out.append(b)
-        self._num_cached_free -= evicted
+        self.num_cached_blocks -= evicted
         self.evicted_blocks += evicted
         return out
 
-    def _drop_hash(self, b: int, h: int) -> None:
+    def free_blocks(self, blocks: list[int]) -> None:
+        """Blocks nobody holds any more join the tail of the free queue, in order: named
+        ones stay cached, the others are released (``on_release``) at once."""
+        free, names, hook, bs = self.free, self.hashes, self.on_release, self.block_size
+        cached = 0
+        for b in blocks:
+            free[b] = None
+            if names[b] is not None:
+                cached += 1
+            elif hook is not None:
+                hook(b * bs, bs)
+        self.num_cached_blocks += cached
+
+    def touch(self, block: int) -> None:
+        """A block nobody held is hit (or shared again): it leaves the free queue."""
+        del self.free[block]
+        if self.hashes[block] is not None:
+            self.num_cached_blocks -= 1
+
+    # ---------------------------------------------------------------- names
+    def get_cached_block(self, h: int) -> int | None:
+        """The block a lookup finds for the content named ``h``, or None."""
+        return self.cached.get(h)
+
+    def cache_block(self, b: int, h: int) -> None:
+        """Block ``b`` now holds the content named ``h``: into the map (after any block
+        named so before it)."""
+        self.hashes[b] = h
+        if self.cached.setdefault(h, b) != b:
+            self.dups.setdefault(h, []).append(b)
+
+    def forget(self, b: int, h: int) -> None:
         """Block ``b`` no longer holds the content named ``h``: out of the map (the next
         duplicate, if any, becomes the block lookups find)."""
-        self._hash[b] = None
-        dups = self._dups.get(h)
-        if self._cached[h] == b:
+        self.hashes[b] = None
+        dups = self.dups.get(h)
+        if self.cached[h] == b:
             if dups:
-                self._cached[h] = dups.pop(0)
+                self.cached[h] = dups.pop(0)
             else:
-                del self._cached[h]
+                del self.cached[h]
         else:
             dups.remove(b)  # type: ignore[union-attr]
         if dups is not None and not dups:
-            del self._dups[h]
+            del self.dups[h]
 
-    def _name(self, b: int, h: int) -> None:
-        """Block ``b`` now holds the content named ``h``: into the map (after any block
-        named so before it)."""
-        self._hash[b] = h
-        if self._cached.setdefault(h, b) != b:
-            self._dups.setdefault(h, []).append(b)
+    # -------------------------------------------------------------- pictures
+    def snapshot(self, snap: dict) -> None:
+        """Add the free queue (head, next taken, first), the cached blocks and every
+        block's hash to a manager's snapshot."""
+        snap["free_blocks"] = list(self.free)
+        snap["cached_blocks"] = [b for b in self.free if self.hashes[b] is not None]
+        snap["block_hashes"] = list(self.hashes)
 
-    def _touch(self, b: int) -> None:
-        """One more reference to block ``b`` (a hit, or a fork); it leaves the free queue."""
-        r = self._ref[b]
-        if r == 0:
-            del self._free[b]
-            if self._hash[b] is not None:
-                self._num_cached_free -= 1
-        elif r == 1:
-            self._num_shared_blocks += 1
-        self._ref[b] = r + 1
-
-    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
-        """As the paged pool's (same numbers), plus the cached blocks (``cached_slots``);
-        one visit per sequence, not per block (:func:`.fast_usage.usage_by_last_blocks`)."""
-        return usage_by_last_blocks(self._seqs, self._ref, self.block_size,
-                                    self.num_blocks - len(self._free),
-                                    self._num_logical_blocks, final_lens,
-                                    cached_slots=self._num_cached_free * self.block_size)
-
-    @property
-    def num_free_slots(self) -> int:
-        """Slots of never-used or released blocks (cached blocks are not counted)."""
-        return (len(self._free) - self._num_cached_free) * self.block_size
-
-    @property
-    def num_cached_blocks(self) -> int:
-        """Blocks nobody holds that keep reusable K/V."""
-        return self._num_cached_free
-
-    def block_hash(self, block: int) -> int | None:
-        """The hash naming a block's content, or None (not full, or content unknown)."""
-        return self._hash[block]
-
-    def snapshot(self) -> dict:
-        snap = super().snapshot()
-        snap["kind"] = "prefix-cache"
-        snap["free_blocks"] = list(self._free)  # the free queue, head (next taken) first
-        snap["cached_blocks"] = [b for b in self._free if self._hash[b] is not None]
-        snap["block_hashes"] = list(self._hash)
-        return snap
+    def check(self, referenced: set[int]) -> None:
+        """Assert the free queue is the complement of the ``referenced`` blocks and the
+        hash map, the names and the cached count agree."""
+        free, hashes = self.free, self.hashes
+        assert not referenced & set(free), "a referenced block is in the free queue"
+        assert len(free) + len(referenced) == self.num_blocks, "free + used != total"
+        for h, first in self.cached.items():
+            for b in (first, *self.dups.get(h, ())):
+                assert hashes[b] == h, f"block {b} is in the map under a hash it does not hold"
+        for h, dups in self.dups.items():
+            assert dups and h in self.cached, f"duplicates of hash {h} but no first block"
+        named = len(self.cached) + sum(len(v) for v in self.dups.values())
+        assert named == sum(h is not None for h in hashes), "a named block is not in the map"
+        assert self.num_cached_blocks == sum(hashes[b] is not None for b in free)

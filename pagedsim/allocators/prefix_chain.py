@@ -12,7 +12,9 @@ against ``block_hashes`` on every shape.
 
 from __future__ import annotations
 
-from ..prompts import block_key
+from collections import OrderedDict
+
+from ..prompts import block_key, chain_hash
 from ..workload import Request
 
 
@@ -85,3 +87,45 @@ def extend_chain(content: Request, block_size: int, branch: int, hashes: list[in
         parent = hash((parent, block_key_fast(content, block_size, j, branch, named)))
         append(parent)
         j += 1
+
+
+def branch_of(seq_id: object) -> int:
+    """The branch of a sequence's generated tokens (its id, as an int for hashing)."""
+    return seq_id if type(seq_id) is int else hash(seq_id)
+
+
+#: How many requests' hash chains are remembered (hashes are computed once per request and
+#: sequence, as vLLM computes a request's block hashes once when it arrives).
+HASH_MEMO_ENTRIES = 4096
+
+
+class ChainMemo:
+    """The chained block hashes of recent requests' sequences, each computed once."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._memo: OrderedDict[tuple[int, int], tuple[Request, list[int]]] = OrderedDict()
+
+    def chain(self, content: Request, branch: int, num_blocks: int) -> list[int]:
+        """The first ``num_blocks`` chained hashes of one sequence of ``content`` (do not
+        modify the list returned)."""
+        key = (content.request_id, branch)
+        memo = self._memo
+        entry = memo.get(key)
+        if entry is None or entry[0] is not content:  # same id, other request: start over
+            entry = memo[key] = (content, [])
+            if len(memo) > HASH_MEMO_ENTRIES:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
+        hashes = entry[1]
+        if len(hashes) < num_blocks:
+            extend_chain(content, self.block_size, branch, hashes, num_blocks)
+        return hashes if len(hashes) == num_blocks else hashes[:num_blocks]
+
+    def next_hash(self, content: Request, branch: int, hashes: list[int]) -> int:
+        """The hash of the block after ``hashes`` (a sequence's full blocks so far)."""
+        parent = hashes[-1] if hashes else 0
+        key = block_key_fast(content, self.block_size, len(hashes), branch,
+                             named_tokens(content))
+        return chain_hash(parent, key)

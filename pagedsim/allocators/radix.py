@@ -54,7 +54,8 @@ from ..workload import Request
 from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
 from .fast_usage import usage_by_last_blocks
 from .paged import PagedAllocator, _Seq
-from .prefix_cache import HASH_MEMO_ENTRIES, _branch
+from .prefix_chain import HASH_MEMO_ENTRIES
+from .prefix_chain import branch_of as _branch
 from .radix_tree import Node, RadixTree
 
 

@@ -23,15 +23,16 @@ kernel needs no block table.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 
 from ..accounting import final_tokens, split_slots
 from ..errors import OutOfMemoryError
 from ..specs import ModelSpec
 from ..validate import check_int
-from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
-from .paged import PagedAllocator
+from .base import KVCopy, SeqId, SlotUsage
+from .block_manager import BlockManager
+from .block_seq import Seq
+from .free_list import FreeList
 
 #: Page sizes by scheme-name suffix: 2 MiB (the GPU's large page, vAttention's default)
 #: and 64 KiB (its small-page option).
@@ -48,19 +49,156 @@ def page_tokens_for(model: ModelSpec, page_bytes: int) -> int:
     return page_bytes // row_bytes
 
 
-class VAttentionAllocator(PagedAllocator):
-    """``num_pages`` physical pages of ``page_tokens`` slots, at most ``max_regions``
-    requests (virtual regions of ``max_model_len`` tokens) at once."""
+class Regions:
+    """vAttention's virtual regions, composed into a block manager whose blocks are pages:
+    at most ``max_regions`` sequences of at most ``max_model_len`` tokens, forks that copy
+    (no block table could share a page), and the pages of a sample to be forked held from
+    its admission so that the fork cannot fail."""
 
-    def __init__(self, num_pages: int, page_tokens: int, max_model_len: int = 2048,
-                 max_regions: int = 256) -> None:
-        super().__init__(num_pages, page_tokens)
-        self.page_tokens = self.block_size
-        self.kernel_block_slots = None  # the kernel reads a virtually contiguous tensor
+    def __init__(self, max_model_len: int, max_regions: int) -> None:
         self.max_model_len = check_int("max_model_len", max_model_len, minimum=1)
         self.max_regions = check_int("max_regions", max_regions, minimum=1)
         # Pages held for samples to be forked: child -> (pages, final_len).
-        self._held: dict[SeqId, tuple[list[int], int | None]] = {}
+        self.held: dict[SeqId, tuple[list[int], int | None]] = {}
+
+    @property
+    def num_held(self) -> int:
+        return len(self.held)
+
+    def holds(self, seq_id: object) -> bool:
+        try:
+            return seq_id in self.held
+        except TypeError:
+            return False
+
+    def held_blocks(self) -> list[int]:
+        return [p for pages, _ in self.held.values() for p in pages]
+
+    # ------------------------------------------------------------- admission
+    def check_fits(self, num_tokens: int) -> None:
+        if num_tokens > self.max_model_len:
+            raise ValueError(f"num_tokens ({num_tokens}) exceeds the virtual region of "
+                             f"max_model_len ({self.max_model_len}) tokens")
+
+    def require_one(self, mgr: BlockManager, num_tokens: int) -> None:
+        """A lone allocation's checks: it fits a region, and a region is free."""
+        self.check_fits(check_int("num_tokens", num_tokens, minimum=0))
+        if mgr.num_seqs >= self.max_regions:  # bad input is reported before a full pool
+            raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
+
+    def admits(self, mgr: BlockManager, seq_ids: Sequence[SeqId],
+               fork_ids: Sequence[SeqId], num_tokens: int) -> bool:
+        """Whether regions are free for the sequences and the samples to be forked."""
+        self.check_fits(num_tokens)
+        return mgr.num_seqs + len(seq_ids) + len(fork_ids) <= self.max_regions
+
+    def hold(self, mgr: BlockManager, fork_ids: Sequence[SeqId], num_pages: int,
+             final_len: int | None) -> None:
+        """Map ``num_pages`` pages for each sample to be forked (room checked)."""
+        for child in fork_ids:
+            self.held[child] = (mgr._take(num_pages), final_len)
+
+    def check_room(self, seq_id: SeqId, num_tokens: int) -> None:
+        """Refuse a token past the end of the sequence's region."""
+        if num_tokens >= self.max_model_len:
+            raise OutOfMemoryError(f"sequence {seq_id!r} fills its virtual region of "
+                                   f"max_model_len ({self.max_model_len}) tokens")
+
+    # ------------------------------------------------------------ forks
+    def fork(self, mgr: BlockManager, parent_id: SeqId, parent: Seq,
+             child_id: SeqId) -> list[KVCopy]:
+        """The child gets pages of its own (those held for it, if any) and a copy of the
+        parent's tokens, page by page. Checked first: a failed fork changes nothing."""
+        n, pt = parent.num_tokens, mgr.block_size
+        pages = -(-n // pt)
+        held = self.held.get(child_id, ([], None))[0]
+        free = mgr.pool.get_num_free_blocks()
+        if pages > free + len(held):
+            raise OutOfMemoryError(f"fork of {parent_id!r} needs {pages} pages, "
+                                   f"{free + len(held)} free or held")
+        if child_id in self.held:
+            del self.held[child_id]  # its pages are mapped again at once, below
+            table = held[:pages] + mgr._take(max(pages - len(held), 0))
+            if len(held) > pages:
+                for p in held[pages:]:
+                    mgr._ref[p] = 0
+                mgr.pool.free_blocks(held[:pages - 1:-1])
+        elif mgr.num_seqs >= self.max_regions:
+            raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
+        else:
+            table = mgr._take(pages)
+        # final_len may be stale (already passed), as the parent's
+        mgr._seqs[child_id] = Seq(table, n, parent.final_len)
+        mgr._num_logical_blocks += pages
+        return [KVCopy(src * pt, dst * pt, min(pt, n - i * pt))
+                for i, (src, dst) in enumerate(zip(parent.table, table, strict=True))]
+
+    def release_held(self, mgr: BlockManager, seq_id: SeqId) -> bool:
+        """Unmap the pages held for a sample never forked; False if none are held."""
+        if not self.holds(seq_id):
+            return False
+        pages, _ = self.held.pop(seq_id)
+        for p in pages:
+            mgr._ref[p] = 0
+        mgr.pool.free_blocks(pages[::-1])
+        return True
+
+    # ---------------------------------------------------------- swapping
+    def check_running(self, seq_ids: Sequence[SeqId]) -> None:
+        held = [s for s in seq_ids if self.holds(s)]
+        if held:
+            raise ValueError(f"sequences {held!r} are held for a fork, not running")
+
+    def has_room_for(self, mgr: BlockManager, seq_ids: Sequence[SeqId]) -> bool:
+        return mgr.num_seqs + len(seq_ids) <= self.max_regions
+
+    def check_room_for(self, mgr: BlockManager, seq_ids: Sequence[SeqId]) -> None:
+        if not self.has_room_for(mgr, seq_ids):
+            raise OutOfMemoryError(f"swap-in needs {len(seq_ids)} virtual regions, "
+                                   f"{self.max_regions - mgr.num_seqs} free")
+
+    # ------------------------------------------------------- accounting
+    def usage(self, mgr: BlockManager, base: SlotUsage) -> SlotUsage:
+        """Held pages are reserved up to the sample's final length (its fork fills them),
+        internal fragmentation beyond."""
+        pt = mgr.block_size
+        reserved = base.reserved_slots
+        for pages, final_len in self.held.values():
+            _, r, _ = split_slots(0, final_tokens(0, final_len), len(pages) * pt)
+            reserved += r
+        physical = base.physical_blocks + sum(len(p) for p, _ in self.held.values())
+        return SlotUsage(base.token_slots, reserved, physical * pt - base.token_slots - reserved,
+                         physical,
+                         base.logical_blocks + sum(len(p) for p, _ in self.held.values()))
+
+    def snapshot(self, snap: dict) -> None:
+        """Add the region limits and the held pages (as sequences of 0 tokens)."""
+        snap.update(page_tokens=snap["block_size"], max_model_len=self.max_model_len,
+                    max_regions=self.max_regions)
+        for child, (pages, final_len) in self.held.items():
+            snap["seqs"][child] = {"block_table": list(pages), "num_tokens": 0,
+                                   "final_len": final_len}
+
+    def check(self, mgr: BlockManager) -> None:
+        assert all(r <= 1 for r in mgr._ref), "a vAttention page is mapped twice"
+        assert mgr.num_seqs <= self.max_regions, "more requests than virtual regions"
+        assert not set(self.held) & set(mgr._seqs), "a held sample is also running"
+        for seq_id, seq in mgr._seqs.items():
+            assert seq.num_tokens <= self.max_model_len, f"{seq_id!r} overflows its region"
+
+
+class VAttentionAllocator(BlockManager):
+    """``num_pages`` physical pages of ``page_tokens`` slots, at most ``max_regions``
+    requests (virtual regions of ``max_model_len`` tokens) at once: a block manager over
+    a free list of pages, configured with :class:`Regions`."""
+
+    def __init__(self, num_pages: int, page_tokens: int, max_model_len: int = 2048,
+                 max_regions: int = 256) -> None:
+        super().__init__(FreeList(num_pages, page_tokens), kind="vattention",
+                         regions=Regions(max_model_len, max_regions))
+        self.page_tokens = self.block_size
+        self.max_model_len = self.regions.max_model_len
+        self.max_regions = self.regions.max_regions
 
     @classmethod
     def for_model(cls, capacity_slots: int, model: ModelSpec, page_bytes: int = 2 << 20,
@@ -73,166 +211,3 @@ class VAttentionAllocator(PagedAllocator):
             raise ValueError(f"a pool of {capacity_slots} slots holds no page of "
                              f"{page_tokens} tokens ({page_bytes} bytes of {model.name})")
         return cls(num_pages, page_tokens, max_model_len, max_regions)
-
-    # ----------------------------------------------------------------- queries
-    @property
-    def num_seqs(self) -> int:
-        """Regions in use: sequences plus samples whose pages are held."""
-        return len(self._seqs) + len(self._held)
-
-    def __contains__(self, seq_id: object) -> bool:
-        return seq_id in self._seqs or seq_id in self._held
-
-    def _check_fits_region(self, num_tokens: int) -> None:
-        if num_tokens > self.max_model_len:
-            raise ValueError(f"num_tokens ({num_tokens}) exceeds the virtual region of "
-                             f"max_model_len ({self.max_model_len}) tokens")
-
-    # -------------------------------------------------------------- mutations
-    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
-        """Map pages for a new request's prompt in a free virtual region."""
-        if seq_id in self._held or seq_id in self._seqs:
-            raise ValueError(f"sequence id {seq_id!r} already exists")
-        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        if final_len is not None and check_int("final_len", final_len) < num_tokens:
-            raise ValueError(f"final_len ({final_len}) must be >= num_tokens ({num_tokens})")
-        self._check_fits_region(num_tokens)
-        if self.num_seqs >= self.max_regions:  # bad input is reported before a full pool
-            raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
-        super().allocate(seq_id, num_tokens, final_len)
-
-    def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
-                       final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
-        """Regions and pages for ``seq_ids``, plus regions and the prompt's pages held for
-        each of ``fork_ids`` (a fork copies, so its room must exist); all or nothing."""
-        self._check_new_ids([*seq_ids, *fork_ids])
-        clash = [s for s in (*seq_ids, *fork_ids) if s in self._held]
-        if clash:
-            raise ValueError(f"sequence ids {clash!r} already exist")
-        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        self._check_fits_region(num_tokens)
-        width = len(seq_ids) + len(fork_ids)
-        if self.num_seqs + width > self.max_regions:
-            return False
-        pages = -(-num_tokens // self.page_tokens)
-        if len(self._free) - pages * width < self.watermark_blocks(watermark):
-            return False
-        for seq_id in seq_ids:
-            super().allocate(seq_id, num_tokens, final_len)
-        for child in fork_ids:
-            held = [self._free.pop() for _ in range(pages)]
-            for p in held:
-                self._ref[p] = 1
-            self._held[child] = (held, final_len)
-        return True
-
-    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
-        """The child gets pages of its own (those held for it, if any) and a copy of
-        the parent's tokens, page by page."""
-        parent = self._get(parent_id)
-        if child_id in self._seqs:
-            raise ValueError(f"sequence id {child_id!r} already exists")
-        n, pt = parent.num_tokens, self.page_tokens
-        held = len(self._held[child_id][0]) if child_id in self._held else 0
-        if -(-n // pt) > len(self._free) + held:  # check first: a failed fork changes nothing
-            raise OutOfMemoryError(f"fork of {parent_id!r} needs {-(-n // pt)} pages, "
-                                   f"{len(self._free) + held} free or held")
-        if child_id in self._held:
-            self._release_held(child_id, report=False)  # mapped again at once below
-        elif self.num_seqs >= self.max_regions:
-            raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
-        super().allocate(child_id, n)
-        child = self._seqs[child_id]
-        child.final_len = parent.final_len  # may be stale (already passed), as the parent's
-        return [KVCopy(src * pt, dst * pt, min(pt, n - i * pt))
-                for i, (src, dst) in enumerate(zip(parent.table, child.table, strict=True))]
-
-    def _release_held(self, child_id: SeqId, report: bool) -> None:
-        pages, _ = self._held.pop(child_id)
-        for p in reversed(pages):
-            self._ref[p] = 0
-            self._free.append(p)
-            if report and self.on_release is not None:
-                self.on_release(p * self.page_tokens, self.page_tokens)
-
-    def free(self, seq_id: SeqId) -> None:
-        """Unmap the request's pages (or those held for a sample never forked)."""
-        if seq_id in self._held:
-            self._release_held(seq_id, report=True)
-        else:
-            super().free(seq_id)
-
-    def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
-        """Whether the pages fit and the virtual region holds the longer sequence."""
-        if not super().can_extend(seq_id, num_tokens):
-            return False
-        return self._get(seq_id).num_tokens + num_tokens <= self.max_model_len
-
-    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
-        seq_ids = list(seq_ids)
-        if any(self._get(s).num_tokens >= self.max_model_len for s in seq_ids):
-            return False
-        return super().can_append_all(seq_ids)
-
-    def append_slot(self, seq_id: SeqId) -> AppendResult:
-        """Room for one more token, within the request's virtual region."""
-        if self._get(seq_id).num_tokens >= self.max_model_len:
-            raise OutOfMemoryError(f"sequence {seq_id!r} fills its virtual region of "
-                                   f"max_model_len ({self.max_model_len}) tokens")
-        return super().append_slot(seq_id)
-
-    # --------------------------------------------------------------- swapping
-    def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
-        if self.num_seqs + len(group.seq_ids) > self.max_regions:
-            return False
-        return super().can_swap_in(group, watermark)
-
-    def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
-        if self.num_seqs + len(group.seq_ids) > self.max_regions:
-            raise OutOfMemoryError(f"swap-in needs {len(group.seq_ids)} virtual regions, "
-                                   f"{self.max_regions - self.num_seqs} free")
-        return super().swap_in(group)
-
-    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
-        seq_ids = tuple(seq_ids)
-        held = [s for s in seq_ids if s in self._held]
-        if held:
-            raise ValueError(f"sequences {held!r} are held for a fork, not running")
-        return super().swap_out(seq_ids)
-
-    # ------------------------------------------------------------- accounting
-    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
-        """As paged blocks, plus held pages: reserved up to the sample's final length
-        (its fork fills them), internal fragmentation beyond."""
-        base = super().usage(final_lens)
-        token, reserved = base.token_slots, base.reserved_slots
-        for pages, final_len in self._held.values():
-            _, r, _ = split_slots(0, final_tokens(0, final_len), len(pages) * self.page_tokens)
-            reserved += r
-        used = (self.num_blocks - len(self._free)) * self.page_tokens
-        return SlotUsage(token, reserved, used - token - reserved, base.physical_blocks,
-                         base.logical_blocks + sum(len(p) for p, _ in self._held.values()))
-
-    def snapshot(self) -> dict:
-        """The paged snapshot (pages as blocks), plus the held pages and region limits."""
-        snap = super().snapshot()
-        snap.update(kind="vattention", page_tokens=self.page_tokens,
-                    max_model_len=self.max_model_len, max_regions=self.max_regions)
-        for child, (pages, final_len) in self._held.items():
-            snap["seqs"][child] = {"block_table": list(pages), "num_tokens": 0,
-                                   "final_len": final_len}
-        return snap
-
-    def _referenced_blocks(self) -> Counter[int]:
-        counts = super()._referenced_blocks()
-        counts.update(p for pages, _ in self._held.values() for p in pages)
-        return counts
-
-    def check_invariants(self) -> None:
-        super().check_invariants()
-        assert all(r <= 1 for r in self._ref), "a vAttention page is mapped twice"
-        assert self.num_seqs <= self.max_regions, "more requests than virtual regions"
-        assert not set(self._held) & set(self._seqs), "a held sample is also running"
-        for seq_id, seq in self._seqs.items():
-            assert seq.num_tokens <= self.max_model_len, f"{seq_id!r} overflows its region"

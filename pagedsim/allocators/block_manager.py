@@ -1,0 +1,301 @@
+"""The block-table manager: PagedAttention's bookkeeping, written once for every pool.
+
+A sequence owns a *block table*: its i-th token lives in slot ``table[i // block_size] *
+block_size + i % block_size``. Blocks carry *reference counts*; ``fork`` gives a child its
+parent's blocks (counts + 1, nothing copied) and a sequence that writes into a block
+others still hold first gets its own copy of that one block (*copy-on-write*).
+
+Where blocks come from is the *pool*, a strategy composed in (as vLLM v1's
+``KVCacheManager`` composes a ``BlockPool``): :class:`~.free_list.FreeList` (plain paged)
+or :class:`~.block_pool.BlockPool` (a free queue that keeps freed blocks' content, for
+prefix caching). With a caching pool the manager also names every full block by its
+chained hash and looks a new sequence's prefix up before taking new blocks. The rest of
+the memory layer composes this manager too: swapping (:mod:`.block_swap`), the slot
+accounting (:mod:`.fast_usage`), pictures and checks (:mod:`.block_checks`), and
+vAttention's virtual regions (:class:`~.vattention.Regions`).
+
+Hot paths (``append_slot``, ``allocate_group``, ``free``) stay flat on purpose: the
+simulator calls them millions of times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..errors import OutOfMemoryError
+from . import block_checks, block_queries, block_swap
+from .base import AppendResult, KVCopy, SeqId, SlotUsage
+from .block_seq import Seq
+from .fast_usage import usage_by_last_blocks
+from .prefix_chain import ChainMemo, branch_of
+
+
+class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pictures):
+    """Block tables and reference counts over one pool (see the module docstring)."""
+
+    def __init__(self, pool, dedup: bool = False, kind: str = "paged", regions=None) -> None:
+        if not isinstance(dedup, bool):
+            raise ValueError(f"dedup must be True or False, got {dedup!r}")
+        self.pool, self.dedup, self.kind, self.regions = pool, dedup, kind, regions
+        self.num_blocks, self.block_size = pool.num_blocks, pool.block_size
+        self.capacity_slots = self.num_blocks * self.block_size
+        # The attention kernel reads blocks through the table; vAttention's reads one
+        # virtually contiguous region.
+        self.kernel_block_slots: int | None = None if regions else self.block_size
+        self._free = pool.free  # the pool's free structure (its length: blocks free)
+        self._ref = [0] * self.num_blocks
+        self._seqs: dict[SeqId, Seq] = {}
+        self._num_shared_blocks = 0  # blocks with ref count > 1
+        self._num_logical_blocks = 0  # sum of block-table lengths
+        self._chains = ChainMemo(self.block_size) if pool.caches else None
+        self._swap_token = object()  # marks the groups this manager swapped out
+
+    @property
+    def on_release(self):
+        """``on_release(start_slot, num_slots)`` for memory that goes back to the pool
+        (a cached block: when it is evicted), so a real cache can scrub it."""
+        return self.pool.on_release
+
+    @on_release.setter
+    def on_release(self, hook) -> None:
+        self.pool.on_release = hook
+
+    # ------------------------------------------------------------- admission
+    def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
+                       final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
+                       watermark: float = 0.0, content: object = None) -> bool:
+        """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), the cached prefix
+        of each served from the cache (caching pools, with ``content``), keeping
+        ``watermark`` of the blocks free (cached ones count as free). False, and nothing
+        changed, when they do not fit. The sequences of one admission (a recomputed
+        group) share the full blocks their common prefix fills."""
+        self._check_new_ids([*seq_ids, *fork_ids])
+        num_tokens = self._check_lengths(num_tokens, final_len)
+        if self.regions is not None and not self.regions.admits(self, seq_ids, fork_ids,
+                                                                num_tokens):
+            return False
+        bs, pool = self.block_size, self.pool
+        n = -(-num_tokens // bs)
+        named = self._chains is not None and content is not None
+        plans = self._plan_hits(seq_ids, num_tokens, content) if named else None
+        need = n * len(seq_ids) if plans is None else plans[1]
+        if self.regions is not None:
+            need += n * len(fork_ids)  # rooms held for the forks, which copy
+        if pool.get_num_free_blocks() - need < self.watermark_blocks(watermark):
+            return False
+        if plans is None:
+            for seq_id in seq_ids:
+                self._seqs[seq_id] = Seq(self._take(n), num_tokens, final_len)
+            self._num_logical_blocks += n * len(seq_ids)
+            if fork_ids and self.regions is not None:
+                self.regions.hold(self, fork_ids, n, final_len)
+            return True
+        for hit, _, _ in plans[0]:  # hits leave the free queue first: no new block evicts one
+            for b in hit:
+                self._hold_block(b)
+        siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
+        for seq_id, (hit, k, chain) in zip(seq_ids, plans[0], strict=True):
+            table = list(hit)
+            for j in range(len(hit), k):
+                b = siblings[chain[j]]
+                self._hold_block(b)
+                table.append(b)
+            table += self._take(n - k)
+            self._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
+                                     branch_of(seq_id), list(chain), k * bs)
+            self._num_logical_blocks += n
+            for j in range(k, len(chain)):  # name the full blocks this sequence fills
+                pool.cache_block(table[j], chain[j])
+            if len(seq_ids) > 1:
+                siblings.update(zip(chain, table[:len(chain)], strict=True))
+        return True
+
+    def _plan_hits(self, seq_ids, num_tokens, content):
+        """Per sequence (its hit blocks, its hit count with siblings', its chain) and the
+        blocks that would leave the free queue; changes nothing but the hash memo."""
+        bs, ref, get = self.block_size, self._ref, self.pool.get_cached_block
+        n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
+        plans, from_queue, touched, earlier = [], 0, set(), set()
+        for seq_id in seq_ids:
+            chain = self._chains.chain(content, branch_of(seq_id), num_tokens // bs)
+            hit = []
+            for h in chain[:most]:
+                b = get(h)
+                if b is None:
+                    break
+                hit.append(b)
+            k = len(hit)
+            while k < most and chain[k] in earlier:  # an earlier sibling fills it
+                k += 1
+            for b in hit:
+                if ref[b] == 0 and b not in touched:
+                    touched.add(b)
+                    from_queue += 1
+            from_queue += n - k
+            earlier.update(chain[len(hit):])
+            plans.append((hit, k, chain))
+        return plans, from_queue
+
+    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
+                 content: object = None) -> None:
+        """Blocks for one new sequence; ``OutOfMemoryError`` and nothing changed when they
+        do not fit."""
+        if seq_id in self:
+            raise ValueError(f"sequence id {seq_id!r} already exists")
+        if self.regions is not None:
+            self._check_lengths(num_tokens, final_len)
+            self.regions.require_one(self, num_tokens)
+        if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
+            raise OutOfMemoryError(
+                f"sequence {seq_id!r} needs {self.blocks_needed(num_tokens)} blocks for "
+                f"{num_tokens} tokens, {self.pool.get_num_free_blocks()} free"
+                + (" or cached" if self.pool.caches else ""))
+
+    # --------------------------------------------------------------- growing
+    def append_slot(self, seq_id: SeqId) -> AppendResult:
+        """Room for one new token: ``(slot, copy)``; ``copy`` is the copy-on-write copy
+        of the shared last block to carry out before writing, or None. In a caching pool
+        a block that becomes full is named by its hash, and so becomes reusable."""
+        try:
+            seq = self._seqs[seq_id]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown sequence id {seq_id!r}") from None
+        n, bs = seq.num_tokens, self.block_size
+        if self.regions is not None:
+            self.regions.check_room(seq_id, n + 1)
+        offset = n % bs
+        copy = None
+        if offset == 0:  # last block full (or no block yet): take a fresh one
+            block = self._take_one(f"no free block for sequence {seq_id!r}")
+            seq.table.append(block)
+            self._num_logical_blocks += 1
+            slot = block * bs
+        else:
+            block = seq.table[-1]
+            ref = self._ref
+            if ref[block] == 1:
+                slot = block * bs + offset
+            else:  # copy-on-write: the last block is shared; give this sequence its own
+                new = self._take_one(f"no free block for the copy-on-write of sequence "
+                                     f"{seq_id!r}")
+                ref[block] -= 1
+                if ref[block] == 1:
+                    self._num_shared_blocks -= 1
+                seq.table[-1] = new
+                slot = new * bs + offset
+                copy = KVCopy(block * bs, new * bs, offset)
+        seq.num_tokens = n + 1
+        if offset == bs - 1 and seq.content is not None:
+            # dedup only without a copy: a copied-into block must not go back this step
+            kept = self._filled(seq, n // bs, dedup=self.dedup and copy is None)
+            if kept != slot // bs:  # deduplicated: the same token's K/V goes to the copy
+                slot = kept * bs + offset
+        return slot, copy
+
+    def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
+        """Room for ``num_tokens`` more tokens of one sequence (a prefill chunk); the
+        copies to carry out first. ``OutOfMemoryError`` and nothing changed when it does
+        not fit."""
+        if not self.can_extend(seq_id, num_tokens):
+            raise OutOfMemoryError(f"no room for {num_tokens} more tokens of sequence "
+                                   f"{seq_id!r} ({self.pool.get_num_free_blocks()} free "
+                                   "blocks)")
+        copies = [c for _ in range(num_tokens) if (c := self.append_slot(seq_id)[1])]
+        return copies
+
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
+        """``child_id`` shares every block of ``parent_id``; nothing is copied now
+        (vAttention's regions copy instead: :meth:`~.vattention.Regions.fork`)."""
+        parent = self._get(parent_id)
+        if child_id in self._seqs:
+            raise ValueError(f"sequence id {child_id!r} already exists")
+        if self.regions is not None:
+            return self.regions.fork(self, parent_id, parent, child_id)
+        for b in parent.table:
+            self._hold_block(b)
+        self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens, parent.final_len,
+                                   parent.content, branch_of(child_id), list(parent.hashes))
+        self._num_logical_blocks += len(parent.table)
+        return []
+
+    # --------------------------------------------------------------- release
+    def free(self, seq_id: SeqId) -> None:
+        """Drop the sequence, tail first: blocks nobody else holds go back to the pool (a
+        caching pool keeps the full ones' content), so a chain's tail is evicted before
+        its head and a prompt freed and allocated again gets its blocks back."""
+        if self.regions is not None and self.regions.release_held(self, seq_id):
+            return
+        seq = self._pop_seq(seq_id)
+        ref, table = self._ref, seq.table
+        zero, unshared = [], 0
+        for i in range(len(table) - 1, -1, -1):
+            b = table[i]
+            r = ref[b] - 1
+            ref[b] = r
+            if r == 0:
+                zero.append(b)
+            elif r == 1:
+                unshared += 1
+        self._num_shared_blocks -= unshared
+        self._num_logical_blocks -= len(table)
+        self.pool.free_blocks(zero)
+
+    # ------------------------------------------------------------ accounting
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+        """Allocated slots split into token / reserved / internal fragmentation, plus the
+        cached ones (:mod:`pagedsim.accounting` has the rules; one visit per sequence)."""
+        pool, regions = self.pool, self.regions
+        held = 0 if regions is None else len(regions.held_blocks())  # not in any table
+        u = usage_by_last_blocks(self._seqs, self._ref, self.block_size,
+                                 self.num_blocks - pool.get_num_free_blocks() - held,
+                                 self._num_logical_blocks, final_lens,
+                                 cached_slots=pool.num_cached_blocks * self.block_size)
+        return u if regions is None else regions.usage(self, u)
+
+    # ---------------------------------------------------------------- helpers
+    def _take(self, n: int) -> list[int]:
+        """``n`` blocks from the pool (room checked), each with one reference."""
+        blocks = self.pool.get_new_blocks(n)
+        ref = self._ref
+        for b in blocks:
+            ref[b] = 1
+        return blocks
+
+    def _take_one(self, why: str) -> int:
+        try:
+            b = self.pool.get_new_block()
+        except IndexError:
+            raise OutOfMemoryError(why) from None
+        self._ref[b] = 1
+        return b
+
+    def _hold_block(self, b: int) -> None:
+        """One more reference to block ``b`` (a hit, a sibling's block, a fork)."""
+        r = self._ref[b]
+        if r == 0:
+            self.pool.touch(b)
+        elif r == 1:
+            self._num_shared_blocks += 1
+        self._ref[b] = r + 1
+
+    def _filled(self, seq: Seq, index: int, h: int | None = None,
+                dedup: bool = False) -> int:
+        """Block ``index`` of ``seq`` is full: name it by its hash ``h`` (computed when not
+        given). With ``dedup``, a private block whose content is cached already goes back
+        and the cached copy is used instead; returns the block the table now holds."""
+        pool = self.pool
+        if h is None:
+            h = self._chains.next_hash(seq.content, seq.branch, seq.hashes)
+        seq.hashes.append(h)
+        b = seq.table[index]
+        if pool.hashes[b] is not None:  # a hit, or shared with a sibling: named already
+            return b
+        other = pool.get_cached_block(h)
+        if other is not None and dedup and self._ref[b] == 1:
+            self._hold_block(other)
+            seq.table[index] = other
+            self._ref[b] = 0
+            pool.free_blocks([b])
+            return other
+        pool.cache_block(b, h)
+        return b
