@@ -33,6 +33,7 @@ Sizes are bytes per GPU; token counts are token slots.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from .kv_spec import LayerKV, full, kv_dtype_bytes, pp_layer_split, shard_for_tp
@@ -67,7 +68,8 @@ class VllmKVCache:
     """The result of :func:`vllm_kv_cache`: bytes per GPU, counts in blocks and tokens."""
 
     model: str
-    kv_cache_memory_bytes: int  # one GPU's KV memory
+    kv_cache_memory_bytes: int  # one GPU's KV memory (the smallest stage's, with PP)
+    stage_memory_bytes: tuple[int, ...]  # one GPU's KV memory on each pipeline stage
     kv_cache_dtype: str
     dtype_bytes: int
     tensor_parallel_size: int
@@ -90,8 +92,9 @@ class VllmKVCache:
 
     @property
     def fits_max_model_len(self) -> bool:
-        """Whether one request of max_model_len fits (vLLM refuses to start otherwise)."""
-        return self.max_model_len_bytes <= self.kv_cache_memory_bytes
+        """Whether one request of max_model_len fits on the fullest stage (vLLM refuses to
+        start otherwise)."""
+        return self.max_model_len_bytes <= max(self.stage_memory_bytes)
 
     def log_lines(self) -> list[str]:
         """The two lines vLLM logs, formatted as it formats them."""
@@ -132,7 +135,7 @@ def _group_layers(layers: list[LayerKV], hybrid: bool) -> tuple[int, list[list[i
     return group_size, groups
 
 
-def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int, *,
+def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int | Sequence[int], *,
                   tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
                   kv_cache_dtype: str = "auto", block_size: int = 16,
                   max_model_len: int | None = None,
@@ -140,11 +143,23 @@ def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int, *,
                   hybrid: bool = True) -> VllmKVCache:
     """vLLM v1's KV-cache configuration for ``model`` with ``kv_cache_memory_bytes`` of KV
     memory on each GPU (see the module docstring for the rules). ``max_model_len``
-    defaults to the model's. Raises ValueError naming the bad argument."""
+    defaults to the model's. ``kv_cache_memory_bytes`` may list one figure per pipeline
+    stage (each stage's workers log their own ``Available KV cache memory``). Raises
+    ValueError naming the bad argument."""
     spec = get_model(model) if isinstance(model, str) else model
-    memory = check_int("kv_cache_memory_bytes", kv_cache_memory_bytes, minimum=0)
     tp = check_int("tensor_parallel_size", tensor_parallel_size, minimum=1)
     pp = check_int("pipeline_parallel_size", pipeline_parallel_size, minimum=1)
+    if isinstance(kv_cache_memory_bytes, (list, tuple)):
+        if len(kv_cache_memory_bytes) not in (1, pp):
+            raise ValueError(f"kv_cache_memory_bytes lists {len(kv_cache_memory_bytes)} "
+                             f"figures for {pp} pipeline stages; give one, or one per stage")
+        stage_memory = tuple(check_int("kv_cache_memory_bytes", m, minimum=0)
+                             for m in kv_cache_memory_bytes) * (
+                                 pp if len(kv_cache_memory_bytes) == 1 else 1)
+    else:
+        stage_memory = (check_int("kv_cache_memory_bytes", kv_cache_memory_bytes,
+                                  minimum=0),) * pp
+    memory = min(stage_memory)
     block = check_int("block_size", block_size, minimum=1)
     max_len = check_int("max_model_len", spec.max_model_len if max_model_len is None
                         else max_model_len, minimum=1)
@@ -178,7 +193,7 @@ def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int, *,
             stage_page = sum(layers[i].page_bytes(block, dtype_bytes) for i in on_stage[0])
         else:
             stage_page = next(iter(pages)) * max(len(g) for g in on_stage)
-        stage_blocks.append(memory // stage_page if stage_page else 0)
+        stage_blocks.append(stage_memory[stage] // stage_page if stage_page else 0)
     num_blocks = min(stage_blocks)
 
     groups = []
@@ -201,7 +216,8 @@ def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int, *,
         stage_size = max(sum(1 for i in g if stage_of[i] == fullest) for g in groups_idx)
         request_bytes = stage_size * next(iter(pages)) * per_request
     return VllmKVCache(
-        model=spec.name, kv_cache_memory_bytes=memory, kv_cache_dtype=kv_cache_dtype,
+        model=spec.name, kv_cache_memory_bytes=memory, stage_memory_bytes=stage_memory,
+        kv_cache_dtype=kv_cache_dtype,
         dtype_bytes=dtype_bytes, tensor_parallel_size=tp, pipeline_parallel_size=pp,
         block_size=block, max_model_len=max_len, max_num_batched_tokens=batched,
         hybrid=hybrid, stage_layers=tuple(split),

@@ -20,7 +20,7 @@ from ..kv_spec import KV_CACHE_DTYPE_BYTES
 from ..specs import GPUS, MODELS, get_gpu, get_model
 from ..textfmt import format_table
 from ..units import GiB, KiB, MiB
-from .argtypes import gib_to_bytes, preset, shown, whole
+from .argtypes import csv_list, gib_to_bytes, preset, shown, whole
 from .base import UNITS_NOTE, CliError
 from .vllm_budget import run_vllm_budget, wants_vllm_report
 
@@ -136,10 +136,12 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
         "budget is computed as vLLM v1 computes it (pagedsim.vllm_kv: per-layer KV specs, "
         "KV-cache groups of the hybrid allocator, TP and PP per GPU) and ends with the two "
         "lines vLLM logs, 'GPU KV cache size' and 'Maximum concurrency'")
-    g.add_argument("--kv-cache-memory-gb", type=gib_to_bytes, default=None, metavar="GIB",
+    g.add_argument("--kv-cache-memory-gb", type=csv_list(gib_to_bytes), default=None,
+                   metavar="GIB[,GIB...]",
                    help="KV memory of one GPU in GiB: vLLM's kv_cache_memory_bytes, or the "
                         "'Available KV cache memory' a vLLM log printed (instead of --gpu "
-                        "and utilization)")
+                        "and utilization); with pipeline parallelism one figure per stage "
+                        "may be given, as each stage logs its own")
     g.add_argument("--tensor-parallel-size", type=whole, default=None, metavar="N",
                    help="GPUs per stage; each holds kv_heads // N KV heads (at least one, "
                         "replicated past the KV heads; an MLA latent whole on each)")

@@ -107,7 +107,7 @@ def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
                  f" on the tightest stage (stages: {stages})")
     divisor = (f"({_size(page)} x {r.group_size} layers)" if len(r.groups) > 1 else
                f"{_size(r.bytes_per_token * block)} per block of every layer")
-    lines.append(f"num_blocks = {_size(r.kv_cache_memory_bytes)} // {divisor} = "
+    lines.append(f"num_blocks = {_size(r.stage_memory_bytes[0])} // {divisor} = "
                  f"{r.num_blocks:,} blocks{per_stage}")
     lines.append(f"GPU KV cache size = {r.num_blocks:,} // {len(r.groups)} group"
                  f"{'s' if len(r.groups) > 1 else ''} x {block} = "
@@ -123,7 +123,8 @@ def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
                  f"{r.max_concurrency:.2f}")
     if not r.fits_max_model_len:
         lines.append(f"warning: one request of max_model_len needs "
-                     f"{_size(r.max_model_len_bytes)}, more than {_size(r.kv_cache_memory_bytes)}"
+                     f"{_size(r.max_model_len_bytes)}, more than "
+                     f"{_size(max(r.stage_memory_bytes))}"
                      "; vLLM refuses to start (lower --max-model-len)")
     lines += ["", "vLLM logs:", *r.log_lines()]
     if any(layer.kind == "sliding" for layer in spec.kv_layers):
@@ -145,7 +146,9 @@ def run_vllm_budget(args: argparse.Namespace, spec: ModelSpec, chosen: object) -
                 raise CliError(f"argument {flag}: not with --kv-cache-memory-gb, which gives "
                                "the KV memory of one GPU directly")
         memory = args.kv_cache_memory_gb
-        memory_line = (f"KV memory per GPU = {_size(memory)} (--kv-cache-memory-gb: vLLM's "
+        shown = " / ".join(_size(m) for m in memory)
+        per = " (per pipeline stage)" if len(memory) > 1 else ""
+        memory_line = (f"KV memory per GPU = {shown}{per} (--kv-cache-memory-gb: vLLM's "
                        "kv_cache_memory_bytes, or the 'Available KV cache memory' it logged)")
     else:
         memory, memory_line = _memory_from_gpu(args, spec, chosen, tp * pp)
