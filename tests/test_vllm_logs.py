@@ -29,6 +29,8 @@ def _budget(capsys: pytest.CaptureFixture[str], line: dict, gib: list[float]) ->
             "--pipeline-parallel-size", str(line["pipeline_parallel_size"]),
             "--kv-cache-dtype", line["kv_cache_dtype"], "--block-size", str(line["block_size"]),
             "--max-model-len", str(line["max_model_len"]), "--json"]
+    if line["max_num_batched_tokens"] is not None:
+        argv += ["--max-num-batched-tokens", str(line["max_num_batched_tokens"])]
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
 
