@@ -26,6 +26,27 @@ from .prompts import block_hashes
 from .validate import check_int
 from .workload import Request
 
+#: Most prompt blocks one replay may hash: 4 million (the cache holds up to one entry per
+#: block, about 120 bytes each: 2 million blocks measured 320 MB). A replay past it is
+#: refused before any block is hashed; a prompt of 10**15 tokens would otherwise grow the
+#: cache until memory runs out.
+MAX_REPLAY_BLOCKS = 4_000_000
+
+
+def check_replay_size(requests: Iterable[Request], block_size: int) -> int:
+    """The prompt blocks a replay of ``requests`` hashes (whole and partial blocks);
+    raises ``ValueError`` if more than :data:`MAX_REPLAY_BLOCKS`."""
+    check_int("block_size", block_size, minimum=1)
+    total = 0
+    for r in requests:
+        total += -(-r.prompt_len // block_size)
+        if total > MAX_REPLAY_BLOCKS:
+            raise ValueError(
+                f"the prompts make more than {MAX_REPLAY_BLOCKS:,} blocks of {block_size} "
+                f"tokens (the most a replay keeps in memory; request {r.request_id} has "
+                f"{r.prompt_len:,} prompt tokens): replay fewer requests or larger blocks")
+    return total
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayResult:
@@ -56,7 +77,8 @@ def replay(requests: Iterable[Request], block_size: int = 512,
            capacity_tokens: float = math.inf) -> ReplayResult:
     """Replay ``requests`` (in the order given) through an LRU prefix cache of
     ``capacity_tokens`` tokens in blocks of ``block_size`` tokens (see the module doc)."""
-    check_int("block_size", block_size, minimum=1)
+    requests = list(requests)
+    check_replay_size(requests, block_size)
     if isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, (int, float)) \
             or math.isnan(capacity_tokens) or capacity_tokens < 0:
         raise ValueError(f"capacity_tokens must be a number >= 0 or inf, got {capacity_tokens!r}")

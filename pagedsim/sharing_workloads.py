@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .validate import check_choice, check_int
-from .workload import Request, _check_range, _check_real
+from .workload import Request, _check_range, check_num_requests, check_rate_per_s
 
 #: First piece id of each role (disjoint ranges; see the module docstring).
 SHARED_IDS = 0
@@ -81,9 +81,7 @@ class _Ids:
 
 def _check_common(rate_per_s: object, seed: object, piece_tokens: object,
                   max_model_len: object, n: object, beam_width: object) -> float:
-    rate = _check_real("rate_per_s", rate_per_s, allow_inf=True)
-    if rate == 0:
-        raise ValueError("rate_per_s must be > 0 (inf = all requests at t = 0), got 0")
+    rate = check_rate_per_s(rate_per_s)
     check_int("seed", seed, minimum=0)
     check_int("piece_tokens", piece_tokens, minimum=1)
     check_int("max_model_len", max_model_len, minimum=2)
@@ -210,7 +208,7 @@ class FewShotConfig:
     def __post_init__(self) -> None:
         self.rate_per_s = _check_common(self.rate_per_s, self.seed, self.piece_tokens,
                                         self.max_model_len, self.n, self.beam_width)
-        check_int("num_requests", self.num_requests, minimum=1)
+        check_num_requests(self.num_requests)
         check_int("shot_tokens", self.shot_tokens, minimum=1)
         check_int("shots", self.shots, minimum=1)
         check_int("tasks", self.tasks, minimum=1)
@@ -346,7 +344,7 @@ def sharing_workload(name: str, num_requests: int, rate_per_s: float = 1.0, seed
     partial).
     """
     check_choice("sharing workload", name, SHARING_WORKLOAD_NAMES)
-    check_int("num_requests", num_requests, minimum=1)
+    check_num_requests(num_requests)
     common = dict(rate_per_s=rate_per_s, seed=seed, max_model_len=max_model_len, n=n,
                   beam_width=beam_width)
     make: Callable[[], list[Request]]

@@ -32,6 +32,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import date
 
+from .user_files import MAX_LINE_CHARS, LineTooLongError, bounded_lines, open_regular
+
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 PAGEDSIM_REQUIRED = ("arrival_s", "prompt_len", "output_len")
 PAGEDSIM_OPTIONAL = ("n", "beam_width", "prefix_id")
@@ -177,6 +179,11 @@ def csv_rows(path: str, lines: Iterable[str], skipped: int
     except csv.Error as exc:
         raise _csv_error(path, exc, skipped + 1, reader.line_num + skipped) from None
     header_line = reader.line_num + skipped
+    if "" in header:
+        where = ("a trailing comma" if header[-1] == "" else
+                 f"column {header.index('') + 1} of {len(header)}")
+        raise TraceError(path, header_line, f"header {','.join(header)!r} has an empty "
+                         f"column name ({where}); remove it")
     if all(name in header for name in AZURE_COLUMNS):
         schema, columns = "azure", list(AZURE_COLUMNS)
     else:
@@ -237,11 +244,15 @@ def _csv_error(path: str, exc: csv.Error, first_line: int, last_line: int) -> Tr
 
 
 def _read_line(path: str, line: int) -> str | None:
-    """Line ``line`` (1-based) of a UTF-8 text file, or ``None`` past its end."""
-    with open(path, encoding="utf-8-sig", newline="") as file:
-        for number, text in enumerate(file, start=1):
-            if number == line:
-                return text
+    """Line ``line`` (1-based) of a UTF-8 text file, or ``None`` past its end (or where
+    a line before it is longer than the reader's limit)."""
+    with open_regular(path) as file:
+        try:
+            for number, text in enumerate(bounded_lines(file), start=1):
+                if number == line:
+                    return text
+        except LineTooLongError:
+            return None
     return None
 
 
@@ -256,8 +267,16 @@ def jsonl_rows(path: str, lines: Iterable[str], skipped: int, mooncake: bool = F
     for line, text in enumerate(lines, start=skipped + 1):
         if not text.strip():
             continue
+        if text.count("{") + text.count("[") > MAX_JSON_DEPTH:  # else it cannot be deeper
+            depth = json_depth(text)
+            if depth > MAX_JSON_DEPTH:
+                raise TraceError(path, line, f"JSON nested {depth:,} deep; a trace row is a "
+                                 f"flat object (at most {MAX_JSON_DEPTH} deep)")
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except DuplicateKeyError as exc:
+            raise TraceError(path, line, f"key {exc.key!r} given twice; each key once "
+                             "(which value was meant?)", column=exc.key) from None
         except json.JSONDecodeError as exc:
             raise TraceError(path, line, f"not valid JSON ({exc.msg})") from None
         except ValueError as exc:  # an integer of over 4,300 digits, which json refuses
@@ -272,6 +291,52 @@ def jsonl_rows(path: str, lines: Iterable[str], skipped: int, mooncake: bool = F
             raise TraceError(path, line, f"unknown key(s) {', '.join(unknown)}; valid: "
                              f"{', '.join(valid)}")
         yield line, obj
+
+
+#: Deepest JSON nesting a trace line may have: rows are flat objects (Mooncake's hash_ids
+#: one list inside), so 8 leaves room; 5,000 deep would exhaust Python's recursion limit.
+MAX_JSON_DEPTH = 8
+
+
+def json_depth(text: str) -> int:
+    """How deep ``{`` and ``[`` nest in ``text`` (brackets inside JSON strings ignored)."""
+    depth = most = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+            most = max(most, depth)
+        elif char in "}]":
+            depth -= 1
+    return most
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names the same key twice (``json`` would keep the last silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return obj
 
 
 def chain_first(first: str, rest: Iterable[str]) -> Iterator[str]:
@@ -304,8 +369,11 @@ def find_undecodable(path: str) -> tuple[int, int, int, bytes, str] | None:
     its current read buffer, which is neither a line nor a file offset.)
     """
     offset = 0
-    with open(path, "rb") as file:
-        for line, raw in enumerate(file, start=1):
+    with open_regular(path, binary=True) as file:
+        # Lines cut at the reader's limit: a long line is then decoded piece by piece, and
+        # a cut inside a multi-byte character reads as undecodable (the text reader would
+        # have refused that line as too long first).
+        for line, raw in enumerate(_cut_lines(file), start=1):
             body = raw[3:] if line == 1 and raw.startswith(codecs.BOM_UTF8) else raw
             try:
                 body.decode("utf-8")
@@ -314,6 +382,12 @@ def find_undecodable(path: str) -> tuple[int, int, int, bytes, str] | None:
                 return line, offset + bad, bad, raw, _guess_encoding(raw, line)
             offset += len(raw)
     return None
+
+
+def _cut_lines(file) -> Iterator[bytes]:
+    """The file's lines, those longer than :data:`MAX_LINE_CHARS` bytes cut to it."""
+    while raw := file.readline(MAX_LINE_CHARS):
+        yield raw
 
 
 def _guess_encoding(raw: bytes, line: int) -> str:

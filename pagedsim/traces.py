@@ -65,7 +65,6 @@ import math
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from numbers import Real
 
 from .trace_rows import (
     AZURE_COLUMNS,
@@ -83,8 +82,9 @@ from .trace_rows import (
     parse_prefix_id,
     timestamp_parser,
 )
+from .user_files import LineTooLongError, NotRegularFileError, bounded_lines, open_regular
 from .validate import check_choice, check_int
-from .workload import Request, clip_lengths
+from .workload import Request, check_rate_per_s, clip_lengths
 
 __all__ = ["AUTO_REBASE_FROM_S", "AZURE_COLUMNS", "ON_TOO_LONG", "PAGEDSIM_OPTIONAL",
            "PAGEDSIM_REQUIRED", "Trace", "TraceError", "load_trace", "save_trace"]
@@ -170,11 +170,7 @@ class Trace:
         is :attr:`mean_rate_per_s`. Raises ``ValueError`` for a rate that is not > 0,
         for fewer than 2 requests, or for a finite rate when all arrive at once.
         """
-        if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, Real):
-            raise TypeError(f"rate_per_s must be a number, got {rate_per_s!r}")
-        if math.isnan(rate_per_s) or rate_per_s <= 0:
-            raise ValueError(f"rate_per_s must be > 0 requests/s (inf = all at the first "
-                             f"arrival), got {rate_per_s!r}")
+        check_rate_per_s(rate_per_s)  # inf = all at the first arrival
         if len(self.requests) < 2:
             raise ValueError(f"cannot rescale the arrival rate of {len(self.requests)} "
                              "request(s): a rate needs at least 2 arrivals")
@@ -247,22 +243,26 @@ def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
         if not isinstance(value, bool) and not (flag == "rebase" and value is None):
             raise TypeError(f"{flag} must be True or False, got {value!r}")
     name = os.fspath(path)
-    if os.path.isdir(name):
-        raise TraceError(name, None, "is a directory, not a trace file (.csv or .jsonl)")
     try:
-        with open(name, encoding="utf-8-sig", newline="") as file:  # -sig: drop an Excel BOM
+        file = open_regular(name)
+    except NotRegularFileError as exc:
+        raise TraceError(name, None, f"is {exc.kind}, not a trace file (a regular .csv or "
+                         ".jsonl file)") from None
+    try:
+        with file:
             # Peek at the first non-blank line to tell JSONL from CSV, counting the blank
             # lines before it so that reported line numbers stay exact.
             skipped = 0
             first = ""
-            for first in file:
+            lines_in = bounded_lines(file)
+            for first in lines_in:
                 if first.strip():
                     break
                 skipped += 1
             if not first.strip():
                 raise TraceError(name, skipped + 1,
                                  "empty file, expected a CSV header or JSONL")
-            lines = chain_first(first, file)
+            lines = chain_first(first, lines_in)
             rows: Iterator[tuple[int, dict]]
             if first.lstrip().startswith("{"):
                 # Mooncake's schema (timestamp in ms, input/output_length, hash_ids) or ours.
@@ -279,6 +279,8 @@ def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
                           skip_zero_output, rebase, max_requests)
     except UnicodeDecodeError as exc:
         raise not_utf8_error(name, exc) from None
+    except LineTooLongError as exc:
+        raise TraceError(name, exc.line, str(exc)) from None
 
 
 

@@ -71,6 +71,32 @@ PAPER_MEAN_LENS: dict[str, tuple[float, float]] = {
 }
 
 WORKLOAD_KINDS = ("sharegpt", "alpaca", "fixed", "uniform")
+#: Most requests one workload may hold. A run keeps every request (and its per-request
+#: record) in memory, and 10 million already take hours of simulation; more is a typo
+#: (and 2**53 of them would ask numpy for 64 PiB before any check).
+MAX_NUM_REQUESTS = 10_000_000
+#: Slowest arrival rate, requests/s: one request per 11.6 days. Slower ones put arrivals
+#: past 1e6 s per request, where float seconds lose the milliseconds a step lasts, and a
+#: rate such as 5e-324 makes the mean gap 1 / rate infinite.
+MIN_RATE_PER_S = 1e-6
+
+
+def check_num_requests(value: object, name: str = "num_requests") -> int:
+    """A request count: an int from 1 to :data:`MAX_NUM_REQUESTS`."""
+    check_int(name, value, minimum=1)
+    if value > MAX_NUM_REQUESTS:  # type: ignore[operator]
+        raise ValueError(f"{name} must be <= {MAX_NUM_REQUESTS:,}, got {value:,}")
+    return value  # type: ignore[return-value]
+
+
+def check_rate_per_s(value: object, name: str = "rate_per_s") -> float:
+    """An arrival rate in requests/s: at least :data:`MIN_RATE_PER_S`, or ``inf`` (all
+    requests at t = 0)."""
+    rate = _check_real(name, value, allow_inf=True)
+    if rate < MIN_RATE_PER_S:
+        raise ValueError(f"{name} must be >= {MIN_RATE_PER_S:g} requests/s (one per 11.6 "
+                         f"days) or inf (all at t = 0), got {value!r}")
+    return rate
 
 
 def _check_real(name: str, value: object, minimum: float = 0.0, allow_inf: bool = False) -> float:
@@ -194,10 +220,8 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         check_choice("workload kind", self.kind, WORKLOAD_KINDS)
-        check_int("num_requests", self.num_requests, minimum=1)
-        self.rate_per_s = _check_real("rate_per_s", self.rate_per_s, allow_inf=True)
-        if self.rate_per_s == 0:
-            raise ValueError("rate_per_s must be > 0 (inf = all requests at t = 0), got 0")
+        check_num_requests(self.num_requests)
+        self.rate_per_s = check_rate_per_s(self.rate_per_s)
         check_int("seed", self.seed, minimum=0)
         # 2 tokens is the shortest request there is: one prompt token, one output token.
         check_int("max_model_len", self.max_model_len, minimum=2)

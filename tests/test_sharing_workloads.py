@@ -155,7 +155,7 @@ def test_replay_sharegpt_hits_nothing() -> None:
     (SystemPromptConfig, {"groups": 0}, "groups must be >= 1, got 0"),
     (SystemPromptConfig, {"system_tokens": 2000}, "over max_model_len 2048"),
     (SystemPromptConfig, {"user_len_range": (5, 2)}, "low <= high"),
-    (SystemPromptConfig, {"rate_per_s": 0}, "rate_per_s must be > 0"),
+    (SystemPromptConfig, {"rate_per_s": 0}, "rate_per_s must be >= 1e-06 requests/s"),
     (MultiTurnConfig, {"turns": 40}, "multi-turn workload: longest request"),
     (MultiTurnConfig, {"piece_tokens": 0}, "piece_tokens must be >= 1, got 0"),
     (FewShotConfig, {"shots": -1}, "shots must be >= 1, got -1"),

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from ..units import GiB
+from ..workload import MIN_RATE_PER_S
 
 #: Largest size flag in GiB: 2**20 GiB = 1 PiB, far above any GPU pool, and small enough
 #: that the size in bytes (an int) and float arithmetic on it stay exact and finite.
@@ -49,14 +50,16 @@ def gib_to_bytes(text: str) -> int:
 
 
 def rate(text: str) -> float:
-    """A request rate in requests/s: a number > 0, or ``inf`` (all at t = 0)."""
+    """A request rate in requests/s: at least :data:`pagedsim.workload.MIN_RATE_PER_S`
+    (one request per 11.6 days), or ``inf`` (all at t = 0)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a rate in requests/s: {shown(text)}") from None
-    if math.isnan(value) or value <= 0:
+    if math.isnan(value) or value < MIN_RATE_PER_S:
         raise argparse.ArgumentTypeError(
-            f"must be > 0 requests/s (or inf), got {shown(text)}")
+            f"must be >= {MIN_RATE_PER_S:g} requests/s (one per 11.6 days) or inf, "
+            f"got {shown(text)}")
     return value
 
 
@@ -121,19 +124,40 @@ def preset(kind: str, presets: Mapping[str, object]) -> Callable[[str], str]:
     return parse
 
 
-def csv_list(kind: Callable[[str], object]) -> Callable[[str], list]:
+#: Most items a list flag takes (``--values``, ``--schemes``, ``--capacity-tokens``): each
+#: is a run or more, and 64 sweeps' worth is far past any figure; 2,000 values ran for
+#: minutes before anything was said.
+MAX_LIST_ITEMS = 64
+
+
+def csv_list(kind: Callable[[str], object], what: str = "values",
+             max_items: int = MAX_LIST_ITEMS) -> Callable[[str], list]:
     """An argument type for comma-separated values, each converted by ``kind`` (whose
-    ``ArgumentTypeError`` is passed on, naming the bad item)."""
+    ``ArgumentTypeError`` is passed on, naming the bad item): at most ``max_items`` of
+    them, none given twice (a repeated value would only repeat its rows)."""
 
     def parse(text: str) -> list:
+        # Count the commas before splitting: a 10 MB list is refused without building it.
+        if text.count(",") >= max_items:
+            raise argparse.ArgumentTypeError(
+                f"at most {max_items} {what}, got {text.count(',') + 1:,} ({shown(text)})")
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not items:
             raise argparse.ArgumentTypeError(
                 f"expected a comma-separated list, got {shown(text)}")
         try:
-            return [kind(t) for t in items]
+            values = [kind(t) for t in items]
         except ValueError:
             raise argparse.ArgumentTypeError(f"bad value in list {shown(text)}") from None
+        seen: dict[object, str] = {}
+        for item, value in zip(items, values, strict=True):
+            if value in seen:
+                again = (f"{seen[value]!r} and {item!r} are the same value" if
+                         seen[value] != item else f"{item!r} is given twice")
+                raise argparse.ArgumentTypeError(
+                    f"{again}; give each of the {what} once")
+            seen[value] = item
+        return values
 
     return parse
 

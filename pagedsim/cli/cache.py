@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 
 from .argtypes import csv_list, shown, whole
 from .base import CliError
@@ -30,7 +31,7 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
                     "(no scheduler): look up each prompt's cached prefix (whole blocks, at "
                     "most prompt_len - 1 tokens), then insert its blocks, evicting least "
                     "recently used blocks while over capacity. Prompts share content only "
-                    "where the trace says so (Mooncake's hash_ids); other traces hit 0%%.")
+                    "where the trace says so (Mooncake's hash_ids); other traces hit 0%.")
     p.add_argument("trace", metavar="TRACE",
                    help="a trace file (Mooncake JSONL, Azure CSV, pagedsim CSV/JSONL), or "
                         "a synthetic workload whose prompts share content: system-prompt, "
@@ -38,7 +39,8 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--block-size", type=whole, default=None, metavar="TOKENS",
                    help="tokens per cached block (default 512, Mooncake's, for a trace; 16, "
                         "vLLM's, for a synthetic workload)")
-    p.add_argument("--capacity-tokens", type=csv_list(capacity), default=[math.inf],
+    p.add_argument("--capacity-tokens", type=csv_list(capacity, "capacities"),
+                   default=[math.inf],
                    metavar="C[,C...]",
                    help="cache capacity in tokens, or inf (default); several, comma-separated, "
                         "print one row each")
@@ -54,25 +56,40 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_cache_replay(args: argparse.Namespace) -> int:
-    from ..cache_replay import replay
+    from ..cache_replay import check_replay_size, replay
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
     from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
-    from ..traces import load_trace
+    from ..traces import TraceError, load_trace
+    from ..workload import MAX_NUM_REQUESTS
 
+    if args.num_requests is not None and not 1 <= args.num_requests <= MAX_NUM_REQUESTS:
+        raise CliError(f"argument --num-requests: must be from 1 to {MAX_NUM_REQUESTS:,}, "
+                       f"got {args.num_requests:,}")
+    if args.block_size is not None and args.block_size < 1:
+        raise CliError(f"argument --block-size: must be >= 1 token, got {args.block_size}")
     if args.trace in SHARING_WORKLOAD_NAMES:
         if args.seed < 0:
             raise CliError(f"argument --seed: must be >= 0, got {args.seed}")
-        if args.num_requests is not None and args.num_requests < 1:
-            raise CliError(f"argument --num-requests: must be >= 1, got {args.num_requests}")
         count = DEFAULT_NUM_REQUESTS if args.num_requests is None else args.num_requests
         requests = sharing_workload(args.trace, count, DEFAULT_RATE, args.seed)
         report = (f"{args.trace}: {len(requests):,} synthetic requests (seed {args.seed}), "
                   f"{sum(r.prompt_len for r in requests):,} prompt tokens")
         block_size = 16 if args.block_size is None else args.block_size
     else:
-        trace = load_trace(args.trace, max_requests=args.num_requests)
+        if not os.path.lexists(args.trace):
+            raise CliError(f"argument TRACE: {args.trace!r} is neither a trace file nor one "
+                           f"of the synthetic workloads {', '.join(SHARING_WORKLOAD_NAMES)} "
+                           "(sharegpt and alpaca prompts share nothing: their hit rate is 0)")
+        try:
+            trace = load_trace(args.trace, max_requests=args.num_requests)
+        except (TraceError, OSError) as exc:
+            raise CliError(f"argument TRACE: {' '.join(str(exc).split())}") from None
         requests, report = trace.requests, trace.report()
         block_size = 512 if args.block_size is None else args.block_size
+    try:
+        check_replay_size(requests, block_size)
+    except ValueError as exc:
+        raise CliError(f"argument --num-requests / --block-size: {exc}") from None
     results = [replay(requests, block_size, c) for c in args.capacity_tokens]
     if args.json:
         rows = [r.to_dict() for r in results]

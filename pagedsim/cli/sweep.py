@@ -122,7 +122,7 @@ def _add_sweep_options(p: argparse.ArgumentParser, name: str | None) -> None:
                           "and cached blocks)"}
     default = ("the sweep's own" if name is None
                else default_values_text(name))
-    p.add_argument("--values", type=csv_list(finite), default=None, metavar="LIST",
+    p.add_argument("--values", type=csv_list(finite, "values"), default=None, metavar="LIST",
                    help=f"comma-separated {what[name]} to sweep (default: {default})")
     if name in (None, "rate"):
         p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",

@@ -24,15 +24,22 @@ from ..specs import get_gpu, get_model
 from ..traces import ON_TOO_LONG, Trace, TraceError, load_trace
 from ..units import GiB
 from ..validate import check_choice, check_int
-from ..workload import Request, WorkloadConfig, generate_workload
+from ..workload import MAX_NUM_REQUESTS as WORKLOAD_MAX_NUM_REQUESTS
+from ..workload import (
+    Request,
+    WorkloadConfig,
+    check_num_requests,
+    check_rate_per_s,
+    generate_workload,
+)
 
 #: Default Poisson arrival rate (requests/s); see :mod:`pagedsim.experiments` for why 5.
 DEFAULT_RATE = 5.0
 #: Default number of requests per run.
 DEFAULT_NUM_REQUESTS = 2000
-#: Most requests one run may simulate. A run keeps every request (and its per-request
-#: record) in memory, and 10 million already take hours of simulation; more is a typo.
-MAX_NUM_REQUESTS = 10_000_000
+#: Most requests one run may simulate (:data:`pagedsim.workload.MAX_NUM_REQUESTS`, the
+#: same limit for compare, sweep and cache-replay).
+MAX_NUM_REQUESTS = WORKLOAD_MAX_NUM_REQUESTS
 #: Most blocks (of ``block_size`` slots) a simulated KV pool may have: 2**26 = 67,108,864.
 #: The paged allocator keeps a Python list entry per block, so a bigger pool (e.g. from
 #: ``num_gpus=100000``) would take gigabytes before the first step. The largest preset
@@ -111,10 +118,7 @@ class Experiment:
             if self.num_requests is None:
                 object.__setattr__(self, "num_requests", DEFAULT_NUM_REQUESTS)
         if self.num_requests is not None:
-            check_int("num_requests", self.num_requests, minimum=1)
-            if self.num_requests > MAX_NUM_REQUESTS:
-                raise ValueError(f"num_requests must be <= {MAX_NUM_REQUESTS:,}, "
-                                 f"got {self.num_requests:,}")
+            check_num_requests(self.num_requests)
         check_int("seed", self.seed, minimum=0)
         check_int("n", self.n, minimum=1)
         check_int("beam_width", self.beam_width, minimum=1)
@@ -138,12 +142,7 @@ class Experiment:
                 raise ValueError(f"{name} must be <= max_num_seqs ({self.max_num_seqs}), "
                                  f"got {width}")
         if self.rate_per_s is not None:
-            if isinstance(self.rate_per_s, bool) or not isinstance(self.rate_per_s,
-                                                                   (int, float)):
-                raise TypeError(f"rate must be a number, got {self.rate_per_s!r}")
-            if math.isnan(self.rate_per_s) or self.rate_per_s <= 0:
-                raise ValueError(f"rate must be > 0 requests/s (inf = all at t = 0), "
-                                 f"got {self.rate_per_s!r}")
+            check_rate_per_s(self.rate_per_s, "rate")
         if self.workload not in WORKLOAD_NAMES and not os.path.isfile(self.workload):
             raise ValueError(f"workload {self.workload!r} is neither one of "
                              f"{', '.join(WORKLOAD_NAMES)} nor an existing trace file")

@@ -18,6 +18,7 @@ from ..paper import SHARING_SAVINGS_ALPACA, figure13_batch
 from ..scheduler import PREEMPTION_MODES
 from ..schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
+from ..workload import MIN_RATE_PER_S
 from .runner import run_many
 from .spec import MAX_POOL_BLOCKS, Experiment, check_schemes
 
@@ -260,10 +261,15 @@ def check_values(name: str, values: Sequence[float], exp: Experiment) -> list[An
     check_choice("sweep", name, tuple(SWEEPS))
     if not values:
         raise ValueError(f"sweep {name}: no values given")
+    twice = sorted({v for v in values if list(values).count(v) > 1})
+    if twice:  # each would only repeat its rows
+        raise ValueError(f"sweep {name}: value(s) given twice: "
+                         f"{', '.join(f'{v:g}' for v in twice)}")
     if name == "rate":
         for v in values:
-            if not v > 0:  # NaN fails too
-                raise ValueError(f"sweep rate: rates must be > 0 requests/s, got {v:g}")
+            if not v >= MIN_RATE_PER_S:  # NaN fails too
+                raise ValueError(f"sweep rate: rates must be >= {MIN_RATE_PER_S:g} "
+                                 f"requests/s (one per 11.6 days), got {v:g}")
         return [float(v) for v in values]
     if name == "sharing":
         maximum, what = exp.max_num_seqs, "n / beam widths up to max_num_seqs"
