@@ -8,7 +8,9 @@ vLLM then logs::
     Maximum concurrency for M tokens per request: C x
 
 The rules are those of ``vllm/v1/core/kv_cache_utils.py`` and ``kv_cache_interface.py``
-(read at vLLM's main branch of 2025-2026; the same since v0.10 unless said):
+as read at vLLM's main branch (2026); tests/test_vllm_logs.py checks them against start-up
+lines of v0.9 to v0.10 (kv_cache_utils.py's log lines 716 to 1013), which they reproduce.
+Where versions differ it is said below.
 
 * Each layer's page is ``block_size x values per token x dtype bytes``: K and V of the
   KV heads this GPU holds (``kv_heads // TP``, at least 1), or one MLA latent.
@@ -16,7 +18,8 @@ The rules are those of ``vllm/v1/core/kv_cache_utils.py`` and ``kv_cache_interfa
   ``num_blocks = memory // page // layers on this GPU``.
 * Hybrid models (gpt-oss, Gemma 3): the layers of each kind are cut into groups of
   equal size (the fewest layers of any kind; the most, when that is under 1.5 x the
-  fewest: v0.11 and later, 1.25 before), the groups share one pool of pages, and
+  fewest: main in 2026; releases of 2025 used 1.25, which differs only for kinds within
+  25 to 50% of each other in number), the groups share one pool of pages, and
   ``num_blocks = memory // page // group size``. ``--disable-hybrid-kv-cache-manager``
   (``hybrid=False``) makes every sliding layer a full one instead.
 * Pipeline parallelism: each stage holds its layers (:func:`pagedsim.kv_spec.pp_layer_split`),
@@ -43,7 +46,8 @@ from .validate import check_int
 #: vLLM's default ``max_num_batched_tokens`` for ``vllm serve`` on large GPUs; it only
 #: changes the concurrency of models with sliding-window layers.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
-#: vLLM v0.11+'s rule: group size is the most layers of a kind if under 1.5 x the fewest.
+#: vLLM main's rule (2026): the group size is the most layers of a kind when that is under
+#: 1.5 x the fewest (1.25 in 2025's releases).
 GROUP_SIZE_RATIO = 1.5
 
 
@@ -121,9 +125,8 @@ def _group_layers(layers: list[LayerKV], hybrid: bool) -> tuple[int, list[list[i
     if len(by_kind) == 1:
         indices = next(iter(by_kind.values()))
         return len(indices), [indices]
-    kinds = {key[0] for key in by_kind}
-    if len(kinds) != len(by_kind) and not kinds <= {"full", "sliding", "mla"}:
-        raise ValueError("layers of one kind with different shapes are not modelled")
+    # Layers of different shapes or windows are different spec types, as in vLLM (where
+    # a page-size mismatch is then refused by the caller).
     counts = [len(v) for v in by_kind.values()]
     group_size = min(counts)
     if max(counts) < min(counts) * GROUP_SIZE_RATIO:

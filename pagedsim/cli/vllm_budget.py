@@ -80,6 +80,8 @@ def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
         *_layer_lines(spec, r.tensor_parallel_size, r.dtype_bytes),
     ]
     if r.pipeline_parallel_size > 1:
+        lines[-1] += " (these are the whole model's layers; each stage holds its share)"
+    if r.pipeline_parallel_size > 1:
         lines.append(f"pipeline stages hold {', '.join(map(str, r.stage_layers))} layers "
                      "(vLLM's split: the remainder on the stages before the last)")
     fullest = ", fullest stage" if r.pipeline_parallel_size > 1 else ""
@@ -102,13 +104,17 @@ def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
         lines.append(f"KV-cache groups: {len(r.groups)} ({', '.join(parts)}) of up to "
                      f"{r.group_size} layers, sharing one pool: {r.group_size} tensors, each "
                      "holding one layer of every group")
-    stages = ", ".join(f"{n:,}" for n in r.stage_num_blocks)
-    per_stage = ("" if r.pipeline_parallel_size == 1 else
-                 f" on the tightest stage (stages: {stages})")
-    divisor = (f"({_size(page)} x {r.group_size} layers)" if len(r.groups) > 1 else
-               f"{_size(r.bytes_per_token * block)} per block of every layer")
-    lines.append(f"num_blocks = {_size(r.stage_memory_bytes[0])} // {divisor} = "
-                 f"{r.num_blocks:,} blocks{per_stage}")
+    if r.pipeline_parallel_size == 1:
+        divisor = (f"({_size(page)} x {r.group_size} layers)" if len(r.groups) > 1 else
+                   f"{_size(r.bytes_per_token * block)} per block of every layer")
+        lines.append(f"num_blocks = {_size(r.stage_memory_bytes[0])} // {divisor} = "
+                     f"{r.num_blocks:,} blocks")
+    else:
+        for stage, (memory, blocks) in enumerate(zip(r.stage_memory_bytes,
+                                                     r.stage_num_blocks, strict=True)):
+            lines.append(f"stage {stage}: {_size(memory)} // its blocks of "
+                         f"{r.stage_layers[stage]} layers = {blocks:,} blocks")
+        lines.append(f"num_blocks = the smallest stage's = {r.num_blocks:,} blocks")
     lines.append(f"GPU KV cache size = {r.num_blocks:,} // {len(r.groups)} group"
                  f"{'s' if len(r.groups) > 1 else ''} x {block} = "
                  f"{r.gpu_kv_cache_size_tokens:,} tokens")
