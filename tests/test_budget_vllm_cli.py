@@ -68,3 +68,26 @@ def test_unknown_weights_of_a_config_are_refused(capsys: pytest.CaptureFixture[s
     assert main(["budget", "--model", str(CONFIGS / "qwen3-14b.json"),
                  "--gpu", "h100-80gb", "--tensor-parallel-size", "2"]) == 2
     assert "--weights-gb" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-20b", str(CONFIGS / "qwen3-14b.json")])
+def test_compare_takes_new_presets_and_configs(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path, model: str) -> None:
+    """compare runs on a preset of today's models and on a config.json (whose weights,
+    unknown to the config, are given)."""
+    argv = ["compare", "--model", model, "--gpu", "h100-80gb", "--num-requests", "5",
+            "--jobs", "1", "--out", str(tmp_path), "--json"]
+    if model.endswith(".json"):
+        argv += ["--weights-gb", "28"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["scheme"] for r in rows} >= {"paged"}
+
+
+def test_compare_with_a_config_and_no_weights_is_refused(capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:
+    argv = ["compare", "--model", str(CONFIGS / "qwen3-14b.json"), "--gpu", "h100-80gb",
+            "--num-requests", "5", "--jobs", "1", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert "--weights-gb" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any work
