@@ -69,7 +69,8 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         ``watermark`` of the blocks free (cached ones count as free). False, and nothing
         changed, when they do not fit. The sequences of one admission (a recomputed
         group) share the full blocks their common prefix fills."""
-        self._check_new_ids([*seq_ids, *fork_ids])
+        if len(seq_ids) != 1 or fork_ids or seq_ids[0] in self:
+            self._check_new_ids([*seq_ids, *fork_ids])
         num_tokens = self._check_lengths(num_tokens, final_len)
         if self.regions is not None and not self.regions.admits(self, seq_ids, fork_ids,
                                                                 num_tokens):
@@ -85,7 +86,9 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             return False
         if plans is None:
             for seq_id in seq_ids:
-                self._seqs[seq_id] = Seq(self._take(n), num_tokens, final_len)
+                seq = self._seqs[seq_id] = Seq(self._take(n), num_tokens, final_len)
+                if num_tokens % bs:
+                    self._set_room(seq)
             self._num_logical_blocks += n * len(seq_ids)
             if fork_ids and self.regions is not None:
                 self.regions.hold(self, fork_ids, n, final_len)
@@ -101,8 +104,10 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
                 self._hold_block(b)
                 table.append(b)
             table += self._take(n - k)
-            self._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
-                                     branch_of(seq_id), list(chain), k * bs)
+            seq = self._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
+                                           branch_of(seq_id), list(chain), k * bs)
+            if num_tokens % bs:
+                self._set_room(seq)
             self._num_logical_blocks += n
             for j in range(k, len(chain)):  # name the full blocks this sequence fills
                 pool.cache_block(table[j], chain[j])
@@ -160,9 +165,15 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             seq = self._seqs[seq_id]
         except (KeyError, TypeError):
             raise ValueError(f"unknown sequence id {seq_id!r}") from None
+        if seq.room:  # the common case: a free slot in its private last block
+            seq.room -= 1
+            seq.num_tokens += 1
+            slot = seq.next_slot
+            seq.next_slot = slot + 1
+            return slot, None
         n, bs = seq.num_tokens, self.block_size
         if self.regions is not None:
-            self.regions.check_room(seq_id, n + 1)
+            self.regions.check_room(seq_id, n)
         offset = n % bs
         copy = None
         if offset == 0:  # last block full (or no block yet): take a fresh one
@@ -190,6 +201,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             kept = self._filled(seq, n // bs, dedup=self.dedup and copy is None)
             if kept != slot // bs:  # deduplicated: the same token's K/V goes to the copy
                 slot = kept * bs + offset
+        self._set_room(seq)
         return slot, copy
 
     def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
@@ -213,6 +225,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             return self.regions.fork(self, parent_id, parent, child_id)
         for b in parent.table:
             self._hold_block(b)
+        parent.room = 0  # its last block is shared now: the next append may copy it
         self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens, parent.final_len,
                                    parent.content, branch_of(child_id), list(parent.hashes))
         self._num_logical_blocks += len(parent.table)
@@ -227,6 +240,13 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             return
         seq = self._pop_seq(seq_id)
         ref, table = self._ref, seq.table
+        self._num_logical_blocks -= len(table)
+        if not self._num_shared_blocks:  # no block is shared: every one goes back
+            for b in table:
+                ref[b] = 0
+            table.reverse()
+            self.pool.free_blocks(table)
+            return
         zero, unshared = [], 0
         for i in range(len(table) - 1, -1, -1):
             b = table[i]
@@ -237,7 +257,6 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             elif r == 1:
                 unshared += 1
         self._num_shared_blocks -= unshared
-        self._num_logical_blocks -= len(table)
         self.pool.free_blocks(zero)
 
     # ------------------------------------------------------------ accounting
@@ -268,6 +287,20 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             raise OutOfMemoryError(why) from None
         self._ref[b] = 1
         return b
+
+    def _set_room(self, seq: Seq) -> None:
+        """Set ``seq.room`` and ``seq.next_slot`` for the fast path of ``append_slot``."""
+        bs = self.block_size
+        n = seq.num_tokens
+        offset = n % bs
+        if not offset or self._ref[seq.table[-1]] != 1:
+            seq.room = 0
+            return
+        room = bs - 1 - offset
+        if self.regions is not None:
+            room = min(room, self.regions.max_model_len - n)
+        seq.room = room
+        seq.next_slot = seq.table[-1] * bs + offset
 
     def _hold_block(self, b: int) -> None:
         """One more reference to block ``b`` (a hit, a sibling's block, a fork)."""

@@ -93,6 +93,8 @@ class Swapping:
             self._num_logical_blocks += len(phys)
             for j, h in enumerate(hashes):
                 self._filled(seq, j, h)
+        for seq_id in group.seq_ids:
+            self._set_room(self._seqs[seq_id])
         group.swapped_in = True
         bs = self.block_size
         return [KVCopy(i * bs, b * bs, bs) for i, b in enumerate(new_blocks)]

@@ -128,7 +128,8 @@ class Regions:
         else:
             table = mgr._take(pages)
         # final_len may be stale (already passed), as the parent's
-        mgr._seqs[child_id] = Seq(table, n, parent.final_len)
+        mgr._seqs[child_id] = child = Seq(table, n, parent.final_len)
+        mgr._set_room(child)
         mgr._num_logical_blocks += pages
         return [KVCopy(src * pt, dst * pt, min(pt, n - i * pt))
                 for i, (src, dst) in enumerate(zip(parent.table, table, strict=True))]
