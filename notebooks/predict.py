@@ -83,10 +83,10 @@ def check_number(prediction: float | None, actual: float, *, name: str,
     diff = prediction - actual
     right = abs(diff) <= tol
     suffix = "" if not unit else unit if unit == "%" else f" {unit}"
-    within = "exactly" if tol == 0 else f"within {tol:,.3g}{suffix}"
+    within = "exact" if tol == 0 else f"within {tol:,.3g}{suffix}"
     if right:
         head = (f"**Verdict: right.** You predicted {prediction:,.4g}{suffix}; the run gives "
-                f"{actual:,.4g}{suffix} (a prediction counts as right {within}).")
+                f"{actual:,.4g}{suffix} (right means {within}).")
     else:
         rel = f", {abs(diff) / abs(actual):.0%} of the run's value" if actual else ""
         head = (f"**Verdict: wrong.** You predicted {prediction:,.4g}{suffix}; the run gives "
