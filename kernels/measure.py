@@ -56,6 +56,8 @@ from pathlib import Path
 import torch
 
 import pagedsim
+from pagedsim.cli.base import CliError
+from pagedsim.cli.outdir import prepare_out
 from pagedsim.schemes import get_scheme, kv_cache_class
 from pagedsim.sharing_workloads import (
     SHARING_WORKLOAD_NAMES,
@@ -473,13 +475,15 @@ def main(argv: list[str] | None = None) -> int:
             prefix_groups=args.prefix_groups)
         from . import INFO
 
+        if args.out is not None:  # checked and created before the runs, not after
+            prepare_out(str(args.out), ("measured_vs_simulated.*",))
         if not args.quiet:
             print(f"backend: {args.backend or INFO.name} on {INFO.device}")
         run(cfg, args.out, progress=None if not args.quiet else False, quiet=args.quiet)
         if args.budget:
             report = budget_check(model)
             print("budget:", report if report is not None else "no CUDA GPU: skipped")
-    except (ValueError, TypeError, pagedsim.PagedSimError, OSError) as e:
+    except (ValueError, TypeError, pagedsim.PagedSimError, OSError, CliError) as e:
         print(f"python -m pagedsim.kernels.measure: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..budget import BUDGET_PRESETS, PAPER_OPT_13B, get_budget_preset
@@ -26,6 +24,7 @@ from ..units import GiB
 from .argtypes import csv_list, gib_to_bytes, jobs, nonempty, preset, rate, whole
 from .base import PROG, UNITS_NOTE, CliError
 from .dask import add_dask_option, with_dask
+from .outdir import prepare_out
 from .presets import MODEL_HELP, model_arg
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -269,20 +268,22 @@ def _check_schemes(names: Sequence[str]) -> tuple[str, ...]:
         raise CliError(f"argument --schemes: {exc}") from None
 
 
+#: What each command writes in ``--out`` (glob patterns), checked before the run.
+OUTPUTS = {
+    "compare": ("compare_summary.csv", "compare_steps.csv", "compare_shares.png",
+                "compare_timeline_*.png"),
+    "sweep": ("sweep_*.csv", "sweep_*.png"),
+    "figures": ("compare_*.csv", "compare_*.png", "sweep_*.csv", "sweep_*.png", "README.md"),
+}
+
+
 def _check_out(args: argparse.Namespace) -> None:
-    """``--out`` must be a folder this process can create or write in; checked before the
-    run, so a typo does not cost a whole simulation."""
+    """``--out`` checked, created and tested for writing before the run
+    (:func:`pagedsim.cli.outdir.prepare_out`), so a typo does not cost a whole
+    simulation."""
     if getattr(args, "no_write", False):
         return
-    # Paths are shown whole (not cut short like other values): a path is what the user
-    # needs to see to find the file in the way.
-    path = Path(args.out).absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        what = "exists" if existing == path else f"is under the file {str(existing)!r}"
-        raise CliError(f"argument --out: {args.out!r} {what} and is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise CliError(f"argument --out: cannot write in {str(existing)!r}")
+    prepare_out(args.out, OUTPUTS[args.command])
 
 
 def _progress(args: argparse.Namespace) -> bool:
