@@ -125,6 +125,10 @@ class Trace:
     zero_output_lines: tuple[int, ...] = field(default=())
     rebased_from: str | None = None
     transforms: tuple[str, ...] = field(default=())
+    #: Mooncake rows with more ``hash_ids`` than their ``input_length`` needs (one per 512
+    #: tokens), by line, and how many ids past the prompt were dropped in all.
+    surplus_id_lines: tuple[int, ...] = field(default=())
+    surplus_ids: int = 0
 
     @property
     def num_too_long(self) -> int:
@@ -203,6 +207,10 @@ class Trace:
         if self.zero_output_lines:
             text += (f"; {self.num_zero_output} with 0 output tokens skipped "
                      f"(lines {_some_lines(self.zero_output_lines)})")
+        if self.surplus_id_lines:
+            text += (f"; {len(self.surplus_id_lines)} with more hash_ids than input_length "
+                     f"needs (lines {_some_lines(self.surplus_id_lines)}): "
+                     f"{self.surplus_ids:,} ids past the prompt dropped")
         for note in self.transforms:
             text += f"; {note}"
         return text
@@ -301,6 +309,8 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
     too_long: list[int] = []
     zero_output: list[int] = []
     clipped_tokens = 0
+    surplus_lines: list[int] = []
+    surplus_ids = 0
     num_rows = 0
     # The first row's arrival (integer ns for Azure, seconds otherwise), subtracted from
     # every arrival when rebasing; whether to rebase is settled on that first row.
@@ -346,12 +356,15 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
                     " (skip_zero_output=True skips rows with 0 output tokens)"
                     if output_len == 0 else ""))
             extras: dict[str, object] = {}
+            row_surplus = 0
             if mooncake:
                 column = "hash_ids"
                 raw = row[column]
                 if not isinstance(raw, list):
                     raise ValueError("must be a JSON list of prompt piece ids")
                 extras["prompt_pieces"] = tuple(parse_int(json_number(h, True)) for h in raw)
+                # Ids past ceil(prompt / 512): Request keeps only the prompt's; counted.
+                row_surplus = len(raw) + (-prompt_len // 512)
             elif not azure:
                 for column in ("n", "beam_width"):
                     if column in row:
@@ -384,6 +397,9 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
             requests.append(Request(len(requests), arrival, prompt_len, output_len, **extras))
         except (TypeError, ValueError) as exc:  # e.g. n > 1 together with beam_width > 1
             raise TraceError(path, line, str(exc)) from None
+        if row_surplus > 0:
+            surplus_lines.append(line)
+            surplus_ids += row_surplus
         if max_requests is not None and len(requests) >= max_requests:
             stopped_at = line
             break
@@ -392,7 +408,8 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
     transforms = () if stopped_at is None else (
         f"first {max_requests} requests read (stopped at line {stopped_at})",)
     return Trace(path, schema, requests, max_model_len, on_too_long, tuple(too_long),
-                 clipped_tokens, tuple(zero_output), rebased_from, transforms)
+                 clipped_tokens, tuple(zero_output), rebased_from, transforms,
+                 tuple(surplus_lines), surplus_ids)
 
 
 def save_trace(requests: Iterable[Request], path: str | os.PathLike[str]) -> None:

@@ -221,6 +221,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         report = check_trace(replace(exp, rate_per_s=None) if name == "rate" else exp)
         if report is not None and name == "rate":
             report += "; arrivals rescaled to each swept rate (every gap by one factor)"
+        if report is not None and name == "sharing":  # each run sets n or beam_width
+            own = sum(1 for r in exp.trace().requests if (r.n, r.beam_width) != (1, 1))
+            report += ("; each swept n / beam width given to every request"
+                       + (f", replacing the trace's own in {own:,} rows" if own else ""))
         if args.values is not None:
             try:
                 values = check_values(name, args.values, exp)

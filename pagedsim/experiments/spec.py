@@ -209,10 +209,7 @@ class Experiment:
                 kind=self.workload, num_requests=self.num_requests,
                 rate_per_s=float(self.rate_per_s), seed=self.seed,
                 max_model_len=self.max_model_len, n=self.n, beam_width=self.beam_width))
-        reqs = self.trace().requests
-        if self.n > 1 or self.beam_width > 1:
-            reqs = [replace(r, n=self.n, beam_width=self.beam_width) for r in reqs]
-        return reqs
+        return self.trace().requests
 
     def trace(self) -> Trace:
         """The trace this experiment replays, as its runs see it: loaded with
@@ -243,6 +240,15 @@ class Experiment:
             note = (f"num_requests {self.num_requests:,} asked for, the trace holds "
                     f"{len(trace.requests):,}: all taken")
             trace = replace(trace, transforms=(*trace.transforms, note))
+        if self.multi_sequence:  # n / beam_width given to every request, and said so
+            own = sum(1 for r in trace.requests if (r.n, r.beam_width) != (1, 1)
+                      and (r.n, r.beam_width) != (self.n, self.beam_width))
+            given = f"n {self.n}" if self.n > 1 else f"beam_width {self.beam_width}"
+            note = f"{given} given to every request" + (
+                f", replacing the trace's own n / beam_width in {own:,} rows" if own else "")
+            trace = replace(trace, requests=[replace(r, n=self.n, beam_width=self.beam_width)
+                                             for r in trace.requests],
+                            transforms=(*trace.transforms, note))
         if self.rate_per_s is not None:
             try:
                 trace = trace.rescale_rate(float(self.rate_per_s))
