@@ -32,6 +32,9 @@ from .specs import ModelSpec
 
 #: Largest config.json read (bytes): real ones are a few KiB; this bounds memory.
 MAX_CONFIG_BYTES = 4 << 20
+#: Most layers a config may have: real models have under 200; a larger count is refused
+#: rather than turned into a list of that many layer specs.
+MAX_LAYERS = 10_000
 
 #: ``layer_types`` entries and the layer kind each becomes.
 _LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
@@ -115,6 +118,9 @@ def model_from_config(cfg: dict, name: str, *, weights_bytes: int = 0,
                           f"{type(cfg).__name__}")
     text = _text_config(cfg)
     num_layers = _int_field(text, "num_hidden_layers", where)
+    if num_layers > MAX_LAYERS:
+        raise ConfigError(f"{where}: num_hidden_layers {num_layers:,} is more than this reader "
+                          f"takes ({MAX_LAYERS:,}); real models have a few hundred at most")
     num_heads = _int_field(text, "num_attention_heads", where)
     num_kv_heads = _int_field(text, "num_key_value_heads", where, default=num_heads)
     head_dim = text.get("head_dim")

@@ -55,6 +55,10 @@ def test_seed_output_unchanged_without_vllm_flags(capsys: pytest.CaptureFixture[
     (["--tensor-parallel-size", "3"], ["--tensor-parallel-size", "3"]),
     (["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "'int4'"]),
     (["--kv-cache-memory-gb", "1,2"], ["2 figures for 1 pipeline stages"]),
+    (["--kv-cache-memory-gb", "0"], ["--kv-cache-memory-gb", "more than 0 GiB"]),
+    (["--tensor-parallel-size", "0"], ["--tensor-parallel-size", ">= 1"]),
+    (["--pipeline-parallel-size", "0"], ["--pipeline-parallel-size", ">= 1"]),
+    (["--max-num-batched-tokens", "0"], ["--max-num-batched-tokens", ">= 1"]),
 ])
 def test_bad_flags_one_line_exit_2(capsys: pytest.CaptureFixture[str], extra: list[str],
                                    words: list[str]) -> None:
@@ -91,3 +95,11 @@ def test_compare_with_a_config_and_no_weights_is_refused(capsys: pytest.CaptureF
     assert main(argv) == 2
     assert "--weights-gb" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # refused before any work
+
+
+def test_zero_gpus_on_the_gpu_path_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """With --gpu (no --kv-cache-memory-gb) a TP of 0 is refused by name, not divided by."""
+    assert main(["budget", "--model", "llama-2-7b", "--gpu", "a100-80gb",
+                 "--tensor-parallel-size", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--tensor-parallel-size" in err and "Traceback" not in err

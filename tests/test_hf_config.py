@@ -208,6 +208,7 @@ def test_weights_from_a_safetensors_index(tmp_path: Path) -> None:
     ({"layer_types": ["full_attention"] * 3}, "layer_types must list 40 layers"),
     ({"layer_types": ["linear_attention"] * 40}, "'linear_attention'.*not supported"),
     ({"max_position_embeddings": None}, "max_position_embeddings"),
+    ({"num_hidden_layers": 10**12}, "more than this reader takes"),
 ])
 def test_bad_configs_name_the_field(edit: dict, match: str) -> None:
     cfg = json.loads((CONFIGS / "qwen3-14b.json").read_text())

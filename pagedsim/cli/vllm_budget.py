@@ -11,6 +11,7 @@ from collections import Counter
 from ..kv_spec import shard_for_tp
 from ..specs import ModelSpec, get_gpu
 from ..units import GiB, KiB, MiB
+from ..validate import check_int
 from ..vllm_kv import DEFAULT_MAX_NUM_BATCHED_TOKENS, VllmKVCache, vllm_kv_cache
 from .base import CliError
 
@@ -142,8 +143,12 @@ def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
 
 def run_vllm_budget(args: argparse.Namespace, spec: ModelSpec, chosen: object) -> int:
     """``pagedsim budget`` with vLLM's sizing (see :func:`wants_vllm_report`)."""
-    tp = args.tensor_parallel_size or 1
-    pp = args.pipeline_parallel_size or 1
+    # `is None`, not `or`: a 0 given on the command line must reach the checks, not
+    # silently become the default.
+    tp = check_int("tensor_parallel_size", 1 if args.tensor_parallel_size is None
+                   else args.tensor_parallel_size, minimum=1)
+    pp = check_int("pipeline_parallel_size", 1 if args.pipeline_parallel_size is None
+                   else args.pipeline_parallel_size, minimum=1)
     if args.kv_cache_memory_gb is not None:
         for flag, value in (("--gpu-memory-utilization", args.gpu_memory_utilization),
                             ("--weights-gb", args.weights_gb),
@@ -152,19 +157,25 @@ def run_vllm_budget(args: argparse.Namespace, spec: ModelSpec, chosen: object) -
                 raise CliError(f"argument {flag}: not with --kv-cache-memory-gb, which gives "
                                "the KV memory of one GPU directly")
         memory = args.kv_cache_memory_gb
+        if any(m <= 0 for m in memory):
+            raise CliError("argument --kv-cache-memory-gb: must be more than 0 GiB on every "
+                           f"stage (vLLM does not start without KV memory), got "
+                           f"{', '.join(f'{m / GiB:g}' for m in memory)}")
         shown = " / ".join(_size(m) for m in memory)
         per = " (per pipeline stage)" if len(memory) > 1 else ""
         memory_line = (f"KV memory per GPU = {shown}{per} (--kv-cache-memory-gb: vLLM's "
                        "kv_cache_memory_bytes, or the 'Available KV cache memory' it logged)")
     else:
         memory, memory_line = _memory_from_gpu(args, spec, chosen, tp * pp)
-    block = args.block_size or (MLA_BLOCK_SIZE if any(x.kind == "mla" for x in spec.kv_layers)
-                                else 16)
+    block = args.block_size if args.block_size is not None else (
+        MLA_BLOCK_SIZE if any(x.kind == "mla" for x in spec.kv_layers) else 16)
     r = vllm_kv_cache(spec, memory, tensor_parallel_size=tp, pipeline_parallel_size=pp,
-                      kv_cache_dtype=args.kv_cache_dtype or "auto", block_size=block,
+                      kv_cache_dtype="auto" if args.kv_cache_dtype is None
+                      else args.kv_cache_dtype, block_size=block,
                       max_model_len=args.max_model_len,
-                      max_num_batched_tokens=(args.max_num_batched_tokens
-                                              or DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                      max_num_batched_tokens=(DEFAULT_MAX_NUM_BATCHED_TOKENS
+                                              if args.max_num_batched_tokens is None
+                                              else args.max_num_batched_tokens),
                       hybrid=not args.disable_hybrid_kv_cache_manager)
     if args.json:
         print(json.dumps({**r.to_dict(), "simulator_bytes_per_token": spec.bytes_per_token,
@@ -185,8 +196,9 @@ def _memory_from_gpu(args: argparse.Namespace, spec: ModelSpec, chosen: object,
         raise CliError(f"argument --num-gpus: {args.num_gpus} is not --tensor-parallel-size x "
                        f"--pipeline-parallel-size = {num_gpus}")
     gpu = get_gpu(gpu_name)
-    utilization = args.gpu_memory_utilization or (
-        chosen.gpu_memory_utilization if chosen is not None else 0.9)  # type: ignore[attr-defined]
+    utilization = args.gpu_memory_utilization
+    if utilization is None:
+        utilization = chosen.gpu_memory_utilization if chosen is not None else 0.9  # type: ignore[attr-defined]
     if not 0 < utilization <= 1:
         raise CliError(f"argument --gpu-memory-utilization: must be in (0, 1], got "
                        f"{utilization!r}")
