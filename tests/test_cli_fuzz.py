@@ -42,6 +42,7 @@ VALID = {
     "--activation-gb": {"0", "1.5"},
     "--swap-gb": {"0", "1.5"},
     "--gpu-memory-utilization": set(),
+    "--kv-cache-memory-gb": {"1.5"},
 }
 #: Flags that take text, not numbers: each with its own bad values instead of BAD.
 TEXT_BAD = {
