@@ -17,7 +17,7 @@ from ..budget import (
 )
 from ..hf_config import looks_like_config_path
 from ..kv_spec import KV_CACHE_DTYPE_BYTES
-from ..specs import GPUS, MODELS, get_gpu, get_model
+from ..specs import GPUS, MODELS, ModelSpec, get_gpu, get_model
 from ..textfmt import format_table
 from ..units import GiB, KiB, MiB
 from .argtypes import csv_list, gib_to_bytes, preset, shown, whole
@@ -283,12 +283,25 @@ def run_models(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     headers = ["model", "layers", "heads", "kv heads", "head_dim", "dtype bytes",
-               "weights (GiB)", "KV per token", "max_model_len"]
+               "weights (GiB)", "KV per token", "max_model_len", "layer kinds"]
     rows = [[m.name, m.num_layers, m.num_heads, m.num_kv_heads, m.head_dim, m.dtype_bytes,
-             _num(m.weights_bytes / GiB), _size(m.bytes_per_token), m.max_model_len]
-            for m in MODELS.values()]
+             _num(m.weights_bytes / GiB), _size(m.bytes_per_token), m.max_model_len,
+             _layer_kinds(m)] for m in MODELS.values()]
     print(format_table(headers, rows))
+    print("\nKV per token counts every token of every layer (a sliding-window layer as a full "
+          "one, as the simulator sizes it; an MLA layer its latent); 'pagedsim budget --model "
+          "NAME --kv-cache-memory-gb GIB' sizes the cache as vLLM does, windows included. "
+          "Sources: 'pagedsim models --json'")
     return 0
+
+
+def _layer_kinds(m: ModelSpec) -> str:
+    """``"12 sliding (128) + 12 full"``: the layer kinds of ``m`` with their counts."""
+    counts: dict[tuple[str, int], int] = {}
+    for layer in m.kv_layers:
+        key = (layer.kind, layer.window_tokens)
+        counts[key] = counts.get(key, 0) + 1
+    return " + ".join(f"{n} {kind}" + (f" ({w})" if w else "") for (kind, w), n in counts.items())
 
 
 def add_gpus(subparsers: argparse._SubParsersAction) -> None:
