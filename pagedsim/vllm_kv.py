@@ -37,7 +37,7 @@ Sizes are bytes per GPU; token counts are token slots.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from .kv_spec import LayerKV, full, kv_dtype_bytes, pp_layer_split, shard_for_tp
 from .specs import ModelSpec, get_model
@@ -92,13 +92,16 @@ class VllmKVCache:
     gpu_kv_cache_size_tokens: int
     blocks_per_request: int
     max_concurrency: float
-    max_model_len_bytes: int  # one request of max_model_len, fullest stage, one GPU
+    max_model_len_bytes: int  # one request of max_model_len, one GPU, the largest stage's
+    stage_request_bytes: tuple[int, ...]  # the same on each pipeline stage
+    estimated_max_model_len: int  # the longest request that fits (vLLM's estimate), tokens
 
     @property
     def fits_max_model_len(self) -> bool:
-        """Whether one request of max_model_len fits on the fullest stage (vLLM refuses to
-        start otherwise)."""
-        return self.max_model_len_bytes <= max(self.stage_memory_bytes)
+        """Whether one request of max_model_len fits on every stage (vLLM refuses to start
+        otherwise, with ``estimated_max_model_len`` in its message)."""
+        return all(n <= m for n, m in zip(self.stage_request_bytes, self.stage_memory_bytes,
+                                          strict=True))
 
     def log_lines(self) -> list[str]:
         """The two lines vLLM logs, formatted as it formats them."""
@@ -199,25 +202,44 @@ def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int | Sequence[
         stage_blocks.append(stage_memory[stage] // stage_page if stage_page else 0)
     num_blocks = min(stage_blocks)
 
-    groups = []
-    for g in groups_idx:
+    def group_blocks(g: list[int], length: int) -> int:
+        # blocks one request of `length` tokens needs in group g (vLLM's max_memory_usage)
         layer = layers[g[0]]
         if layer.kind == "sliding" and hybrid:
-            need = _cdiv(min(layer.window_tokens - 1 + batched, max_len), block) + 1
-        else:
-            need = _cdiv(max_len, block)
-        groups.append(KVCacheGroup(layer.kind if hybrid or layer.kind != "sliding" else "full",
-                                   layer.window_tokens if hybrid else 0, tuple(g), need))
+            return _cdiv(min(layer.window_tokens - 1 + batched, length), block) + 1
+        return _cdiv(length, block)
+
+    def needed_bytes(stage: int, length: int) -> int:
+        # what vLLM's start-up check wants on this stage for one request of `length` tokens
+        if uniform_type:
+            return group_blocks(groups_idx[0], length) * sum(
+                layers[i].page_bytes(block, dtype_bytes) for i in groups_idx[0]
+                if stage_of[i] == stage)
+        size = max(sum(1 for i in g if stage_of[i] == stage) for g in groups_idx)
+        return size * next(iter(pages)) * sum(group_blocks(g, length) for g in groups_idx)
+
+    def longest_fitting(stage: int) -> int:
+        # vLLM's estimate_max_model_len: binary search for the longest request that fits
+        lo, hi, best = 1, max_len, 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if needed_bytes(stage, mid) <= stage_memory[stage]:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    groups = tuple(KVCacheGroup(
+        layers[g[0]].kind if hybrid or layers[g[0]].kind != "sliding" else "full",
+        layers[g[0]].window_tokens if hybrid else 0, tuple(g), group_blocks(g, max_len))
+        for g in groups_idx)
     per_request = sum(g.blocks_per_request for g in groups)
     fullest = max(range(pp), key=lambda s: sum(
         layers[i].bytes_per_token(dtype_bytes) for i in kv_index if stage_of[i] == s))
     stage_tokens_bytes = sum(layers[i].bytes_per_token(dtype_bytes)
                              for i in kv_index if stage_of[i] == fullest)
-    if uniform_type:
-        request_bytes = groups[0].blocks_per_request * block * stage_tokens_bytes
-    else:
-        stage_size = max(sum(1 for i in g if stage_of[i] == fullest) for g in groups_idx)
-        request_bytes = stage_size * next(iter(pages)) * per_request
+    stage_request = tuple(needed_bytes(s, max_len) for s in range(pp))
+    fits = all(n <= m for n, m in zip(stage_request, stage_memory, strict=True))
     return VllmKVCache(
         model=spec.name, kv_cache_memory_bytes=memory, stage_memory_bytes=stage_memory,
         kv_cache_dtype=kv_cache_dtype,
@@ -225,16 +247,12 @@ def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int | Sequence[
         block_size=block, max_model_len=max_len, max_num_batched_tokens=batched,
         hybrid=hybrid, stage_layers=tuple(split),
         page_size_bytes=max(pages), bytes_per_token=stage_tokens_bytes,
-        group_size=group_size, groups=tuple(groups), stage_num_blocks=tuple(stage_blocks),
+        group_size=group_size, groups=groups, stage_num_blocks=tuple(stage_blocks),
         num_blocks=num_blocks,
         gpu_kv_cache_size_tokens=num_blocks // len(groups) * block,
         blocks_per_request=per_request, max_concurrency=num_blocks / per_request,
-        max_model_len_bytes=request_bytes,
+        max_model_len_bytes=max(stage_request), stage_request_bytes=stage_request,
+        estimated_max_model_len=max_len if fits else min(longest_fitting(s)
+                                                         for s in range(pp)),
     )
 
-
-def with_kv_dtype(spec: ModelSpec, kv_cache_dtype: str) -> ModelSpec:
-    """``spec`` with its KV elements in ``kv_cache_dtype`` (for the simulator, which sizes
-    the KV cache from ``dtype_bytes``); ``auto`` returns it unchanged."""
-    size = kv_dtype_bytes(kv_cache_dtype, spec.dtype_bytes)
-    return spec if size == spec.dtype_bytes else replace(spec, dtype_bytes=size)

@@ -96,7 +96,32 @@ def test_sliding_window_saves_on_concurrency_not_on_tokens() -> None:
 def test_max_model_len_that_does_not_fit_is_reported() -> None:
     r = vllm_kv_cache("llama-3.1-8b", 1 * GiB)
     assert not r.fits_max_model_len and r.max_model_len_bytes == 131072 * 128 * KiB
-    assert vllm_kv_cache("llama-3.1-8b", 17 * GiB).fits_max_model_len
+    # the longest request that fits: 1 GiB // 2 MiB blocks = 512 blocks of 16 tokens
+    assert r.estimated_max_model_len == 512 * 16
+    ok = vllm_kv_cache("llama-3.1-8b", 17 * GiB)
+    assert ok.fits_max_model_len and ok.estimated_max_model_len == 131072
+
+
+def test_estimate_for_a_sliding_model_counts_the_window_once() -> None:
+    """gpt-oss-20b: a request of L tokens needs cdiv(L, 16) full blocks and at most
+    cdiv(127 + 8192, 16) + 1 sliding ones; the estimate is the longest L that fits."""
+    r = vllm_kv_cache("gpt-oss-20b", 1 * GiB)
+    page_x_layers = 16 * 2 * 8 * 64 * 2 * 12
+    budget_blocks = GiB // page_x_layers
+    sliding = -(-(127 + 8192) // 16) + 1
+    assert not r.fits_max_model_len
+    assert r.estimated_max_model_len == (budget_blocks - sliding) * 16
+
+
+def test_each_pp_stage_is_checked_against_its_own_memory() -> None:
+    """Stage 0 holds 31 of DeepSeek-V3's 61 layers: with room for 30 layers' request on
+    stage 0 only, the model does not fit, though the largest memory would hold stage 1."""
+    need_per_layer = 163840 * 576 * 2
+    r = vllm_kv_cache("deepseek-v3", [30 * need_per_layer, 31 * need_per_layer],
+                      pipeline_parallel_size=2, block_size=64)
+    assert r.stage_layers == (31, 30)
+    assert not r.fits_max_model_len
+    assert r.stage_request_bytes == (31 * need_per_layer, 30 * need_per_layer)
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [

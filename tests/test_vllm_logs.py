@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pagedsim.cli import main
+from pagedsim.units import GiB
 
 DATA = Path(__file__).parent / "data"
 LINES = json.loads((DATA / "vllm_logs.json").read_text())["lines"]
@@ -35,9 +36,26 @@ def _budget(capsys: pytest.CaptureFixture[str], line: dict, gib: list[float]) ->
     return json.loads(capsys.readouterr().out)
 
 
+def _refusal_reproduced(line: dict, lo: dict, hi: dict) -> tuple[bool, str]:
+    """A start-up refusal: the needed GiB (two decimals, as vLLM prints it) and, where the
+    version prints it, the estimated maximum model length within the logged GiB's range."""
+    needed = f"{lo['max_model_len_bytes'] / GiB:.2f}"
+    if lo["fits_max_model_len"] or needed != f"{line['needed_gib']:.2f}":
+        return False, f"needed {needed} GiB (fits: {lo['fits_max_model_len']}), logged " \
+                      f"{line['needed_gib']:.2f}"
+    est = line["estimated_max_model_len"]
+    if est is None:
+        return True, f"needed {needed} GiB as logged"
+    span = f"{lo['estimated_max_model_len']:,} to {hi['estimated_max_model_len']:,}"
+    ok = lo["estimated_max_model_len"] <= est <= hi["estimated_max_model_len"]
+    return ok, f"needed {needed} GiB; estimated max model len {est:,} vs {span}"
+
+
 def _reproduced(capsys: pytest.CaptureFixture[str], line: dict) -> tuple[bool, str]:
     lo = _budget(capsys, line, [g - 0.005 for g in line["available_gib"]])
     hi = _budget(capsys, line, [g + 0.005 for g in line["available_gib"]])
+    if line["needed_gib"] is not None:
+        return _refusal_reproduced(line, lo, hi)
     logged = line["gpu_kv_cache_size_tokens"]
     span = f"{lo['gpu_kv_cache_size_tokens']:,} to {hi['gpu_kv_cache_size_tokens']:,}"
     if not lo["gpu_kv_cache_size_tokens"] <= logged <= hi["gpu_kv_cache_size_tokens"]:

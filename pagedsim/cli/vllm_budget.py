@@ -129,10 +129,11 @@ def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
     lines.append(f"maximum concurrency = {r.num_blocks:,} / {r.blocks_per_request:,} = "
                  f"{r.max_concurrency:.2f}")
     if not r.fits_max_model_len:
-        lines.append(f"warning: one request of max_model_len needs "
-                     f"{_size(r.max_model_len_bytes)}, more than "
-                     f"{_size(max(r.stage_memory_bytes))}"
-                     "; vLLM refuses to start (lower --max-model-len)")
+        lines.append(f"warning: vLLM refuses to start: one request of max_model_len "
+                     f"{r.max_model_len:,} needs {r.max_model_len_bytes / GiB:.2f} GiB of KV "
+                     f"cache, more than the {min(r.stage_memory_bytes) / GiB:.2f} GiB there "
+                     f"is; the longest request that fits (vLLM's estimated maximum model "
+                     f"length) is {r.estimated_max_model_len:,} tokens: lower --max-model-len")
     lines += ["", "vLLM logs:", *r.log_lines()]
     if any(layer.kind == "sliding" for layer in spec.kv_layers):
         lines += ["", f"note: 'pagedsim compare' and 'simulate' still size {spec.name} as all "
