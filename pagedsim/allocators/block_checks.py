@@ -29,6 +29,8 @@ class Pictures:
             },
         }
         self.pool.snapshot(snap)
+        if self.cache is not None:
+            self.cache.snapshot(snap)
         if self.regions is not None:
             self.regions.snapshot(snap)
         return snap
@@ -60,16 +62,10 @@ class Pictures:
                     f"sequence {seq_id!r}: room {seq.room} past its private last block")
                 assert seq.next_slot == seq.table[-1] * bs + n % bs, (
                     f"sequence {seq_id!r}: next slot {seq.next_slot} is not its next token's")
-            if seq.content is None:
-                continue
-            full = seq.num_tokens // bs
-            assert len(seq.hashes) == full, (
-                f"sequence {seq_id!r}: {len(seq.hashes)} hashes for {full} full blocks")
-            for j in range(full):
-                b = seq.table[j]
-                assert self.pool.hashes[b] == seq.hashes[j], (
-                    f"sequence {seq_id!r}: full block {j} (block {b}) is named "
-                    f"{self.pool.hashes[b]}, not {seq.hashes[j]}")
+            if seq.content is not None:
+                full = seq.num_tokens // bs
+                assert len(seq.hashes) == full, (
+                    f"sequence {seq_id!r}: {len(seq.hashes)} names for {full} full blocks")
         # The fast accounting (one visit per sequence) against the walk over every block.
         held = 0 if self.regions is None else len(self.regions.held_blocks())
         walked = replace(usage_by_block_walk(self._seqs, self._ref, bs,
@@ -80,3 +76,5 @@ class Pictures:
             walked = self.regions.usage(self, walked)
             self.regions.check(self)
         assert self.usage() == walked, f"fast usage {self.usage()} != {walked}"
+        if self.cache is not None:
+            self.cache.check(self)

@@ -27,13 +27,14 @@ from . import block_checks, block_queries, block_swap
 from .base import AppendResult, KVCopy, SeqId, SlotUsage
 from .block_seq import Seq
 from .fast_usage import usage_by_last_blocks
-from .prefix_chain import ChainMemo, branch_of
+from .prefix_chain import branch_of
 
 
 class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pictures):
     """Block tables and reference counts over one pool (see the module docstring)."""
 
-    def __init__(self, pool, dedup: bool = False, kind: str = "paged", regions=None) -> None:
+    def __init__(self, pool, cache=None, dedup: bool = False, kind: str = "paged",
+                 regions=None) -> None:
         if not isinstance(dedup, bool):
             raise ValueError(f"dedup must be True or False, got {dedup!r}")
         self.pool, self.dedup, self.kind, self.regions = pool, dedup, kind, regions
@@ -47,7 +48,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         self._seqs: dict[SeqId, Seq] = {}
         self._num_shared_blocks = 0  # blocks with ref count > 1
         self._num_logical_blocks = 0  # sum of block-table lengths
-        self._chains = ChainMemo(self.block_size) if pool.caches else None
+        self.cache = cache
         self._swap_token = object()  # marks the groups this manager swapped out
 
     @property
@@ -64,82 +65,37 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
                        watermark: float = 0.0, content: object = None) -> bool:
-        """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), the cached prefix
-        of each served from the cache (caching pools, with ``content``), keeping
-        ``watermark`` of the blocks free (cached ones count as free). False, and nothing
-        changed, when they do not fit. The sequences of one admission (a recomputed
-        group) share the full blocks their common prefix fills."""
+        """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), keeping
+        ``watermark`` of the blocks free (cached ones count as free); with a prefix cache
+        and ``content``, each sequence's cached prefix comes from the cache. False, and
+        nothing changed, when they do not fit."""
         if len(seq_ids) != 1 or fork_ids or seq_ids[0] in self:
             self._check_new_ids([*seq_ids, *fork_ids])
         num_tokens = self._check_lengths(num_tokens, final_len)
         if self.regions is not None and not self.regions.admits(self, seq_ids, fork_ids,
                                                                 num_tokens):
             return False
-        bs, pool = self.block_size, self.pool
+        bs, cache = self.block_size, self.cache
         n = -(-num_tokens // bs)
-        named = self._chains is not None and content is not None
-        plans = self._plan_hits(seq_ids, num_tokens, content) if named else None
-        need = n * len(seq_ids) if plans is None else plans[1]
+        if cache is not None and content is not None:  # the policy plans: nothing changes
+            plans, need = cache.plan(self, seq_ids, num_tokens, content)
+        else:
+            plans, need = None, n * len(seq_ids)
         if self.regions is not None:
             need += n * len(fork_ids)  # rooms held for the forks, which copy
-        if pool.get_num_free_blocks() - need < self.watermark_blocks(watermark):
+        if self.pool.get_num_free_blocks() - need < self.watermark_blocks(watermark):
             return False
-        if plans is None:
-            for seq_id in seq_ids:
-                seq = self._seqs[seq_id] = Seq(self._take(n), num_tokens, final_len)
-                if num_tokens % bs:
-                    self._set_room(seq)
-            self._num_logical_blocks += n * len(seq_ids)
-            if fork_ids and self.regions is not None:
-                self.regions.hold(self, fork_ids, n, final_len)
+        if plans is not None:
+            cache.admit(self, seq_ids, num_tokens, final_len, content, plans)
             return True
-        for hit, _, _ in plans[0]:  # hits leave the free queue first: no new block evicts one
-            for b in hit:
-                self._hold_block(b)
-        siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
-        for seq_id, (hit, k, chain) in zip(seq_ids, plans[0], strict=True):
-            table = list(hit)
-            for j in range(len(hit), k):
-                b = siblings[chain[j]]
-                self._hold_block(b)
-                table.append(b)
-            table += self._take(n - k)
-            seq = self._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
-                                           branch_of(seq_id), list(chain), k * bs)
+        for seq_id in seq_ids:
+            seq = self._seqs[seq_id] = Seq(self._take(n), num_tokens, final_len)
             if num_tokens % bs:
                 self._set_room(seq)
-            self._num_logical_blocks += n
-            for j in range(k, len(chain)):  # name the full blocks this sequence fills
-                pool.cache_block(table[j], chain[j])
-            if len(seq_ids) > 1:
-                siblings.update(zip(chain, table[:len(chain)], strict=True))
+        self._num_logical_blocks += n * len(seq_ids)
+        if fork_ids and self.regions is not None:
+            self.regions.hold(self, fork_ids, n, final_len)
         return True
-
-    def _plan_hits(self, seq_ids, num_tokens, content):
-        """Per sequence (its hit blocks, its hit count with siblings', its chain) and the
-        blocks that would leave the free queue; changes nothing but the hash memo."""
-        bs, ref, get = self.block_size, self._ref, self.pool.get_cached_block
-        n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
-        plans, from_queue, touched, earlier = [], 0, set(), set()
-        for seq_id in seq_ids:
-            chain = self._chains.chain(content, branch_of(seq_id), num_tokens // bs)
-            hit = []
-            for h in chain[:most]:
-                b = get(h)
-                if b is None:
-                    break
-                hit.append(b)
-            k = len(hit)
-            while k < most and chain[k] in earlier:  # an earlier sibling fills it
-                k += 1
-            for b in hit:
-                if ref[b] == 0 and b not in touched:
-                    touched.add(b)
-                    from_queue += 1
-            from_queue += n - k
-            earlier.update(chain[len(hit):])
-            plans.append((hit, k, chain))
-        return plans, from_queue
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
                  content: object = None) -> None:
@@ -153,8 +109,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
             raise OutOfMemoryError(
                 f"sequence {seq_id!r} needs {self.blocks_needed(num_tokens)} blocks for "
-                f"{num_tokens} tokens, {self.pool.get_num_free_blocks()} free"
-                + (" or cached" if self.pool.caches else ""))
+                f"{num_tokens} tokens, {self.pool.describe_free()}")
 
     # --------------------------------------------------------------- growing
     def append_slot(self, seq_id: SeqId) -> AppendResult:
@@ -198,7 +153,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         seq.num_tokens = n + 1
         if offset == bs - 1 and seq.content is not None:
             # dedup only without a copy: a copied-into block must not go back this step
-            kept = self._filled(seq, n // bs, dedup=self.dedup and copy is None)
+            kept = self.cache.filled(self, seq, n // bs, dedup=self.dedup and copy is None)
             if kept != slot // bs:  # deduplicated: the same token's K/V goes to the copy
                 slot = kept * bs + offset
         self._set_room(seq)
@@ -226,9 +181,12 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         for b in parent.table:
             self._hold_block(b)
         parent.room = 0  # its last block is shared now: the next append may copy it
-        self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens, parent.final_len,
-                                   parent.content, branch_of(child_id), list(parent.hashes))
+        child = self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens,
+                                           parent.final_len, parent.content,
+                                           branch_of(child_id), list(parent.hashes))
         self._num_logical_blocks += len(parent.table)
+        if self.cache is not None:
+            self.cache.forked(self, parent, child)
         return []
 
     # --------------------------------------------------------------- release
@@ -239,14 +197,24 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         if self.regions is not None and self.regions.release_held(self, seq_id):
             return
         seq = self._pop_seq(seq_id)
+        cache = self.cache
+        if cache is not None:
+            cache.freeing(self, seq)  # radix: its full pages join the tree first
         ref, table = self._ref, seq.table
         self._num_logical_blocks -= len(table)
         if not self._num_shared_blocks:  # no block is shared: every one goes back
             for b in table:
                 ref[b] = 0
-            table.reverse()
-            self.pool.free_blocks(table)
-            return
+            self.pool.free_blocks(table[::-1])
+        else:
+            self._release_shared(table)
+        if cache is not None:
+            cache.freed(self, seq)
+
+    def _release_shared(self, table: list[int]) -> None:
+        """``free``'s walk when some block is shared: one reference less on each block,
+        tail first, and those nobody holds now back to the pool."""
+        ref = self._ref
         zero, unshared = [], 0
         for i in range(len(table) - 1, -1, -1):
             b = table[i]
@@ -310,25 +278,3 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         elif r == 1:
             self._num_shared_blocks += 1
         self._ref[b] = r + 1
-
-    def _filled(self, seq: Seq, index: int, h: int | None = None,
-                dedup: bool = False) -> int:
-        """Block ``index`` of ``seq`` is full: name it by its hash ``h`` (computed when not
-        given). With ``dedup``, a private block whose content is cached already goes back
-        and the cached copy is used instead; returns the block the table now holds."""
-        pool = self.pool
-        if h is None:
-            h = self._chains.next_hash(seq.content, seq.branch, seq.hashes)
-        seq.hashes.append(h)
-        b = seq.table[index]
-        if pool.hashes[b] is not None:  # a hit, or shared with a sibling: named already
-            return b
-        other = pool.get_cached_block(h)
-        if other is not None and dedup and self._ref[b] == 1:
-            self._hold_block(other)
-            seq.table[index] = other
-            self._ref[b] = 0
-            pool.free_blocks([b])
-            return other
-        pool.cache_block(b, h)
-        return b

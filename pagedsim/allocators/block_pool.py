@@ -47,6 +47,14 @@ class BlockPool:
         """Blocks a new allocation may take (cached ones too: they are evicted)."""
         return len(self.free)
 
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks in the free queue, cached ones included."""
+        return len(self.free)
+
+    def describe_free(self) -> str:
+        return f"{len(self.free)} free or cached"
+
     # ------------------------------------------------------------ handing out
     def get_new_block(self) -> int:
         """The block at the head of the free queue (``IndexError`` when it is empty); a

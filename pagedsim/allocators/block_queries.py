@@ -13,7 +13,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from ..validate import check_int
 from .base import SeqId
-from .prefix_chain import branch_of
 
 
 class Queries:
@@ -22,8 +21,9 @@ class Queries:
     # ------------------------------------------------------------- the pool
     @property
     def num_free_blocks(self) -> int:
-        """Blocks an allocation may take now (a caching pool's cached ones included)."""
-        return self.pool.get_num_free_blocks()
+        """Blocks in the pool's free structure (vLLM v1's free queue holds its cached
+        blocks too; SGLang's free list does not hold the tree's)."""
+        return self.pool.num_free_blocks
 
     @property
     def num_used_blocks(self) -> int:
@@ -56,7 +56,8 @@ class Queries:
     def block_hash(self, block: int) -> int | None:
         """The hash naming a block's content, or None (not full, content unknown, or no
         prefix cache)."""
-        return self.pool.hashes[block] if self.pool.caches else None
+        hashes = getattr(self.pool, "hashes", None)  # only vLLM v1's pool names blocks
+        return None if hashes is None else hashes[block]
 
     def ref_count(self, block: int) -> int:
         return self._ref[block]
@@ -134,19 +135,9 @@ class Queries:
         computed). Changes nothing but the hash memo; 0 without a prefix cache."""
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        if self._chains is None or content is None:
+        if self.cache is None or content is None:
             return 0
-        bs, pool = self.block_size, self.pool
-        most = max(num_tokens - 1, 0) // bs
-        if not most or not pool.cached:
-            return 0
-        # The whole chain the admission will want, so that it is hashed once.
-        k = 0
-        for h in self._chains.chain(content, branch_of(seq_id), num_tokens // bs)[:most]:
-            if pool.get_cached_block(h) is None:
-                break
-            k += 1
-        return k * bs
+        return self.cache.lookup(self, content, num_tokens, seq_id)
 
     # ---------------------------------------------------------------- room
     def blocks_needed(self, num_tokens: int) -> int:

@@ -9,7 +9,7 @@ class Seq:
     in a caching pool, what names its blocks."""
 
     __slots__ = ("table", "num_tokens", "final_len", "content", "branch", "hashes",
-                 "hit_tokens", "room", "next_slot")
+                 "hit_tokens", "room", "next_slot", "node")
 
     def __init__(self, table: list[int], num_tokens: int, final_len: int | None,
                  content: object = None, branch: int = 0, hashes: list[int] | None = None,
@@ -27,3 +27,4 @@ class Seq:
         # unsure: the general path then looks and sets it again.
         self.room = 0
         self.next_slot = 0
+        self.node = None  # the radix policy's: the deepest tree node it has locked

@@ -91,8 +91,8 @@ class Swapping:
             seq = Seq(phys, num_tokens, final_len, content, branch_of(seq_id))
             self._seqs[seq_id] = seq
             self._num_logical_blocks += len(phys)
-            for j, h in enumerate(hashes):
-                self._filled(seq, j, h)
+            if content is not None:
+                self.cache.swapped_in(self, seq, hashes)
         for seq_id in group.seq_ids:
             self._set_room(self._seqs[seq_id])
         group.swapped_in = True

@@ -40,8 +40,15 @@ class FreeList:
         return len(self.free)
 
     @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
     def num_cached_blocks(self) -> int:
         return 0
+
+    def describe_free(self) -> str:
+        return f"{len(self.free)} free"
 
     def get_new_blocks(self, n: int) -> list[int]:
         """``n`` free blocks, in the order ``n`` pops would give them (caller checked room)."""

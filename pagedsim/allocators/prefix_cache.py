@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from .block_manager import BlockManager
 from .block_pool import BlockPool
+from .hash_cache import HashCache
 from .prefix_chain import HASH_MEMO_ENTRIES, branch_of
 
 __all__ = ["HASH_MEMO_ENTRIES", "PrefixCachingAllocator", "branch_of"]
@@ -41,4 +42,5 @@ class PrefixCachingAllocator(BlockManager):
     """A paged pool whose freed full blocks stay reusable until their memory is needed."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, dedup: bool = False) -> None:
-        super().__init__(BlockPool(num_blocks, block_size), dedup=dedup, kind="prefix-cache")
+        pool = BlockPool(num_blocks, block_size)
+        super().__init__(pool, HashCache(pool), dedup=dedup, kind="prefix-cache")

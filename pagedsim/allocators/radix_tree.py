@@ -13,28 +13,33 @@ K/V (``blocks``). Children are found by the key of their first page.
   locks the deepest node of its cached prefix (:meth:`lock` adds one along the whole path
   to the root), so a locked node's ancestors are locked too, and an unlocked node's whole
   subtree is unlocked: every unlocked page can be evicted, leaves first.
-* Eviction takes the least recently used unlocked leaf (:meth:`pop_lru_leaf`). The time of
-  last use is a logical clock the caller passes in (``stamp``); a min-heap of
-  ``(last_access, node id)`` entries, validated when popped, finds that leaf in
-  O(log n). Entries go stale when a leaf gets a child, is locked, is restamped or leaves
-  the tree; :meth:`_offer` pushes a fresh one whenever a node becomes an unlocked leaf or
-  is restamped.
+* Eviction takes the unlocked leaf that the tree's *eviction policy* ranks first
+  (:meth:`pop_leaf`). A policy is a function from a node to a priority, smallest evicted
+  first: :func:`lru` (the time of last use, a logical clock the caller passes in as
+  ``stamp``; SGLang's default) or another module's (``radix-lfu``'s hit count, then
+  the time of last use). A min-heap of ``(priority, node id)`` entries, validated when
+  popped, finds that leaf in O(log n). Entries go stale when a leaf gets a child, is
+  locked, is restamped, is hit or leaves the tree; :meth:`_offer` pushes a fresh one
+  whenever a node becomes an unlocked leaf or its priority may have changed.
+* ``hit_count`` counts the admissions whose cached prefix reached into a node (a policy
+  may rank by it; the LRU policy ignores it).
 
-The pool itself (free list, reference counts, block tables) lives in
-:mod:`pagedsim.allocators.radix`.
+The pool (free list, evictable pages) is :mod:`pagedsim.allocators.radix_pool`; the
+policy that matches, locks and inserts for the block manager is
+:mod:`pagedsim.allocators.radix_cache`.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 
 class Node:
     """A run of whole pages: their keys and blocks, in token order."""
 
     __slots__ = ("parent", "children", "keys", "blocks", "lock_ref", "last_access", "id",
-                 "depth")
+                 "depth", "hit_count")
 
     def __init__(self, parent: Node | None, keys: list, blocks: list[int], last_access: int,
                  node_id: int) -> None:
@@ -46,6 +51,7 @@ class Node:
         self.last_access = last_access  # logical clock of the last use
         self.id = node_id  # creation order: breaks LRU ties deterministically
         self.depth = (parent.depth if parent is not None else 0) + len(keys)  # pages to here
+        self.hit_count = 0  # admissions whose cached prefix reached into this node
 
     def __lt__(self, other: Node) -> bool:  # heap entries of one node may tie on the rest
         return self.id < other.id
@@ -55,13 +61,24 @@ class Node:
                 f"last_access={self.last_access})")
 
 
-class RadixTree:
-    """Pages of token content in a radix tree, with lock counts and an LRU of leaves."""
+def lru(node: Node) -> tuple:
+    """SGLang's default eviction priority: the least recently used leaf goes first."""
+    return (node.last_access,)
 
-    def __init__(self) -> None:
+
+#: A node's eviction priority; the unlocked leaf with the smallest goes first.
+Priority = Callable[[Node], tuple]
+
+
+class RadixTree:
+    """Pages of token content in a radix tree, with lock counts and a heap of leaves
+    ordered by an eviction policy (``priority``, :func:`lru` by default)."""
+
+    def __init__(self, priority: Priority = lru) -> None:
         self.root = Node(None, [], [], 0, 0)
+        self.priority = priority
         self._next_id = 1
-        self._heap: list[tuple[int, int, Node]] = []  # (last_access, id, leaf), lazily valid
+        self._heap: list[tuple[tuple, int, Node]] = []  # (priority, id, leaf), lazily valid
         self.num_pages = 0  # pages in the tree (root excluded)
         self.num_evictable = 0  # pages of unlocked nodes: evictable, leaves first
 
@@ -130,6 +147,7 @@ class RadixTree:
         assert parent is not None and 0 < c < len(child.keys)
         upper = Node(parent, child.keys[:c], child.blocks[:c], child.last_access, self._new_id())
         upper.lock_ref = child.lock_ref
+        upper.hit_count = child.hit_count
         parent.children[child.keys[0]] = upper
         child.keys, child.blocks = child.keys[c:], child.blocks[c:]
         child.parent = upper
@@ -154,6 +172,14 @@ class RadixTree:
             x = x.parent
         self._offer(node)
 
+    def hit(self, node: Node) -> None:
+        """An admission's cached prefix reaches ``node``: one more hit along its path."""
+        x = node
+        while x.parent is not None:
+            x.hit_count += 1
+            x = x.parent
+        self._offer(node)
+
     def lock(self, node: Node) -> None:
         """One more running sequence uses the path to ``node``: nothing on it is evictable."""
         x = node
@@ -174,14 +200,15 @@ class RadixTree:
                 self._offer(x)
             x = x.parent
 
-    def pop_lru_leaf(self) -> Node | None:
-        """Remove the least recently used unlocked leaf from the tree and return it (its
-        blocks are the caller's to free), or None when every page is locked."""
-        heap = self._heap
+    def pop_leaf(self) -> Node | None:
+        """Remove the unlocked leaf the eviction policy ranks first from the tree and
+        return it (its blocks are the caller's to free), or None when every page is
+        locked."""
+        heap, priority = self._heap, self.priority
         while heap:
-            stamp, _, node = heapq.heappop(heap)
+            rank, _, node = heapq.heappop(heap)
             if (node.parent is None or node.lock_ref or node.children
-                    or node.last_access != stamp):
+                    or priority(node) != rank):
                 continue  # a stale entry
             parent = node.parent
             del parent.children[node.keys[0]]
@@ -200,11 +227,11 @@ class RadixTree:
     def _offer(self, node: Node) -> None:
         """Push a heap entry for ``node`` if it is an unlocked leaf (not the root)."""
         if node.parent is not None and not node.lock_ref and not node.children:
-            heap = self._heap
-            heapq.heappush(heap, (node.last_access, node.id, node))
+            heap, priority = self._heap, self.priority
+            heapq.heappush(heap, (priority(node), node.id, node))
             if len(heap) > 4 * self.num_pages + 64:  # mostly stale entries: rebuild
                 self._heap = [e for e in heap if e[2].parent is not None and not e[2].lock_ref
-                              and not e[2].children and e[2].last_access == e[0]]
+                              and not e[2].children and priority(e[2]) == e[0]]
                 heapq.heapify(self._heap)
 
     def describe(self) -> list[dict]:
@@ -224,6 +251,7 @@ class RadixTree:
         """Assert the tree's own consistency (structure, counts, the LRU heap)."""
         pages = evictable = 0
         valid = {(e[2].id, e[0]) for e in self._heap}
+        priority = self.priority
         for node in self.nodes():
             parent = node.parent
             assert parent is not None and parent.children.get(node.keys[0]) is node, (
@@ -237,7 +265,7 @@ class RadixTree:
             if not node.lock_ref:
                 evictable += len(node.keys)
                 if not node.children:
-                    assert (node.id, node.last_access) in valid, (
+                    assert (node.id, priority(node)) in valid, (
                         f"unlocked leaf {node} is missing from the eviction heap")
         assert pages == self.num_pages, f"{self.num_pages} pages counted, {pages} in the tree"
         assert evictable == self.num_evictable, (

@@ -1,0 +1,158 @@
+"""vLLM v1's prefix-cache policy, composed into the block manager: chained hashes name
+full blocks, a lookup walks a prompt's chain through the pool's hash map.
+
+The block pool (:class:`~.block_pool.BlockPool`) holds the free queue and the map from
+hashes to blocks; this policy decides, for the manager, which blocks a new sequence starts
+with and which content its blocks hold:
+
+* **Lookup** (:meth:`HashCache.lookup`): the longest prefix of the prompt's chain the map
+  holds, whole blocks only and at most ``num_tokens - 1`` tokens (the last prompt token is
+  always computed, to sample the first output token). A request's chain is hashed once and
+  memoized (:class:`~.prefix_chain.ChainMemo`), as vLLM hashes a request's blocks when it
+  arrives.
+* **Admission** (:meth:`plan`, then :meth:`admit`): all or nothing. The plan counts the
+  hits, the new blocks, and the hit blocks that must leave the free queue before anything
+  changes; the sequences of one admission (a recomputed group) share the full blocks
+  their common prefix fills, as if each found the earlier one's blocks in the cache.
+  Hits are held before new blocks are taken, so no eviction takes a block about to be hit.
+* **Naming** (:meth:`filled`): a block that becomes full during decode gets its hash too,
+  so a recomputed request or the next turn of a chat finds it. With ``dedup`` a private
+  block whose content is cached already goes back and the cached copy is used instead,
+  as vLLM v0 and SGLang do (v1 keeps the duplicate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .base import SeqId
+from .block_pool import BlockPool
+from .block_seq import Seq
+from .prefix_chain import ChainMemo, branch_of
+
+
+class HashCache:
+    """The prefix-cache policy over a :class:`~.block_pool.BlockPool` (see the module)."""
+
+    def __init__(self, pool: BlockPool) -> None:
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.chains = ChainMemo(pool.block_size)
+
+    def lookup(self, mgr, content: object, num_tokens: int, seq_id: SeqId) -> int:
+        """Tokens of a new ``num_tokens``-token sequence the cache holds now."""
+        bs, pool = self.block_size, self.pool
+        most = max(num_tokens - 1, 0) // bs
+        if not most or not pool.cached:
+            return 0
+        # The whole chain the admission will want, so that it is hashed once.
+        k = 0
+        for h in self.chains.chain(content, branch_of(seq_id), num_tokens // bs)[:most]:
+            if pool.get_cached_block(h) is None:
+                break
+            k += 1
+        return k * bs
+
+    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: object):
+        """Per sequence (its hit blocks, its hit count with siblings', its chain), and the
+        blocks that would leave the free queue; changes nothing but the hash memo."""
+        bs, get, ref = self.block_size, self.pool.get_cached_block, mgr._ref
+        n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
+        plans, from_queue, touched, earlier = [], 0, set(), set()
+        for seq_id in seq_ids:
+            chain = self.chains.chain(content, branch_of(seq_id), num_tokens // bs)
+            hit = []
+            for h in chain[:most]:
+                b = get(h)
+                if b is None:
+                    break
+                hit.append(b)
+            k = len(hit)
+            while k < most and chain[k] in earlier:  # an earlier sibling fills it
+                k += 1
+            for b in hit:
+                if ref[b] == 0 and b not in touched:  # nobody holds it: it leaves the queue
+                    touched.add(b)
+                    from_queue += 1
+            from_queue += n - k
+            earlier.update(chain[len(hit):])
+            plans.append((hit, k, chain))
+        return plans, from_queue
+
+    def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
+              content: object, plans) -> None:
+        """Carry out a plan that fits: hits first, then siblings' blocks, then new ones,
+        and name every full block a sequence fills."""
+        bs, pool = self.block_size, self.pool
+        n = -(-num_tokens // bs)
+        for hit, _, _ in plans:  # hits leave the free queue first: no new block evicts one
+            for b in hit:
+                mgr._hold_block(b)
+        siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
+        for seq_id, (hit, k, chain) in zip(seq_ids, plans, strict=True):
+            table = list(hit)
+            for j in range(len(hit), k):
+                b = siblings[chain[j]]
+                mgr._hold_block(b)
+                table.append(b)
+            table += mgr._take(n - k)
+            seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
+                                          branch_of(seq_id), list(chain), k * bs)
+            if num_tokens % bs:
+                mgr._set_room(seq)
+            for j in range(k, len(chain)):  # name the full blocks this sequence fills
+                pool.cache_block(table[j], chain[j])
+            if len(seq_ids) > 1:
+                siblings.update(zip(chain, table[:len(chain)], strict=True))
+        mgr._num_logical_blocks += n * len(seq_ids)
+
+    def filled(self, mgr, seq: Seq, index: int, h: int | None = None,
+               dedup: bool = False) -> int:
+        """Block ``index`` of ``seq`` is full: name it by its hash ``h`` (computed when not
+        given). With ``dedup``, a private block whose content is cached already goes back
+        and the cached copy is used instead; returns the block the table now holds."""
+        pool = self.pool
+        if h is None:
+            h = self.chains.next_hash(seq.content, seq.branch, seq.hashes)
+        seq.hashes.append(h)
+        b = seq.table[index]
+        if pool.hashes[b] is not None:  # a hit, or shared with a sibling: named already
+            return b
+        other = pool.get_cached_block(h)
+        if other is not None and dedup and mgr._ref[b] == 1:
+            mgr._hold_block(other)
+            seq.table[index] = other
+            mgr._ref[b] = 0
+            pool.free_blocks([b])
+            return other
+        pool.cache_block(b, h)
+        return b
+
+    # The radix policy's hooks, which this policy does not need.
+    def freeing(self, mgr, seq: Seq) -> None:
+        pass
+
+    def freed(self, mgr, seq: Seq) -> None:
+        pass
+
+    def forked(self, mgr, parent: Seq, child: Seq) -> None:
+        pass
+
+    def swapped_in(self, mgr, seq: Seq, hashes: list) -> None:
+        """A sequence back from the CPU: its full blocks are named again."""
+        for j, h in enumerate(hashes):
+            self.filled(mgr, seq, j, h)
+
+    def snapshot(self, snap: dict) -> None:
+        pass
+
+    def check(self, mgr) -> None:
+        """Every full block of a sequence with content is named by its hash."""
+        hashes = self.pool.hashes
+        for seq_id, seq in mgr._seqs.items():
+            if seq.content is None:
+                continue
+            for j, h in enumerate(seq.hashes):
+                b = seq.table[j]
+                assert hashes[b] == h, (f"sequence {seq_id!r}: full block {j} (block {b}) "
+                                        f"is named {hashes[b]}, not {h}")

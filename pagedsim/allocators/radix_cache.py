@@ -1,0 +1,245 @@
+"""SGLang's RadixAttention policy, composed into the block manager: full pages kept in a
+radix tree of token content, lock counts on running paths.
+
+A page is named by :func:`pagedsim.prompts.block_key` of its tokens, its place in the
+tree by all before it (:class:`~.radix_tree.RadixTree`, page size = block size), as
+``python/sglang/srt/mem_cache/radix_cache.py`` keeps them. A sequence holds the pages of
+its *locked path* (root to the deepest node of its cached prefix; ``lock_ref`` + 1 on
+each node of it) and no other tree page, so a tree page's reference count equals its
+node's ``lock_ref``, and the unlocked pages are exactly the cached ones (the pool's,
+:mod:`~.radix_pool`). SGLang's names in brackets:
+
+1. Admission (:meth:`RadixCache.plan`, :meth:`RadixCache.admit`) [``match_prefix``,
+   ``inc_lock_ref``]: the longest cached prefix, whole pages only and at most
+   ``num_tokens - 1`` tokens (the last prompt token is always computed); the node the
+   match ends inside is split; the path is locked, then new blocks are taken. All or
+   nothing: a failed admission changes nothing (tree, clock and lock counts included).
+   The new full pages go into the tree at once and the lock moves down to them (SGLang
+   inserts a prompt after its prefill; our manager sees a prefill only at admission, and
+   ``prefix-cache`` names its blocks at admission too, so with both caching schemes a
+   request admitted later, even in the same step, hits them).
+2. Free (:meth:`freeing`, :meth:`freed`) [``cache_finished_req``]: the full pages below
+   the locked path (decode-filled ones, later prefill chunks) are inserted; a page whose
+   content the tree holds already is a duplicate: it is freed, the tree's copy kept.
+   Insertion stops at a page another sequence still holds (a fork shares pages outside
+   the tree; the last holder inserts it). Then the path is unlocked, and the partial last
+   page and the pages not kept go to the free list.
+3. Eviction [``evict``]: lazily, when the free list cannot serve a new block (the pool's).
+   Last use is a logical clock that ticks once per admission and per free with content;
+   a split-off lower part keeps its old time (SGLang restamps it), so only pages a
+   request used count as used.
+
+A sequence without ``content`` never touches the tree. Its ``hashes`` are its full pages'
+keys (a forked child starts with its parent's: its pages full at the fork keep the
+parent's keys, as ``prefix-cache``'s hashes do).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+
+from ..prompts import block_key
+from .base import SeqId
+from .block_seq import Seq
+from .prefix_chain import HASH_MEMO_ENTRIES, branch_of
+from .radix_pool import RadixPool
+from .radix_tree import Node
+
+
+class RadixCache:
+    """The radix policy over a :class:`~.radix_pool.RadixPool` (see the module)."""
+
+    def __init__(self, pool: RadixPool) -> None:
+        self.pool = pool
+        self.tree = pool.tree
+        self.block_size = pool.block_size
+        self.clock = 0  # logical time of last use (one tick per admission or free)
+        self._memo: OrderedDict[tuple[int, int], tuple[object, list]] = OrderedDict()
+
+    def keys(self, content, branch: int, num_pages: int) -> list:
+        """At least ``num_pages`` page keys of one sequence (memoized per request and
+        branch); callers index only the first ``num_pages``."""
+        memo_key = (content.request_id, branch)
+        entry = self._memo.get(memo_key)
+        if entry is None or entry[0] is not content:  # same id, other request: start over
+            entry = self._memo[memo_key] = (content, [])
+            if len(self._memo) > HASH_MEMO_ENTRIES:
+                self._memo.popitem(last=False)
+        else:
+            self._memo.move_to_end(memo_key)
+        keys, bs = entry[1], self.block_size
+        while len(keys) < num_pages:
+            keys.append(block_key(content, bs, len(keys), branch))
+        return keys
+
+    def lookup(self, mgr, content: object, num_tokens: int, seq_id: SeqId) -> int:
+        """Tokens of a new ``num_tokens``-token sequence the tree holds now."""
+        most = max(num_tokens - 1, 0) // self.block_size
+        if not most or not self.tree.root.children:
+            return 0
+        keys = self.keys(content, branch_of(seq_id), most)
+        return self.tree.match(keys, most)[3] * self.block_size
+
+    # ------------------------------------------------------------- admission
+    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: object):
+        """Per sequence (branch, keys, tree hit m, hit with siblings' k), and the blocks
+        the admission takes from the free list or the evictable pages; no change."""
+        bs, tree = self.block_size, self.tree
+        n, full, most = -(-num_tokens // bs), num_tokens // bs, max(num_tokens - 1, 0) // bs
+        plans: list[tuple[int, list, int, int]] = []
+        to_lock: dict[Node, int] = {}  # unlocked node -> its pages the hits will lock
+        need = 0
+        for seq_id in seq_ids:
+            branch = branch_of(seq_id)
+            keys = self.keys(content, branch, full)
+            node, child, c, m = tree.match(keys, most)
+            if child is not None and not child.lock_ref:
+                to_lock[child] = max(to_lock.get(child, 0), c)
+            while node.parent is not None and not node.lock_ref:
+                to_lock[node] = len(node.keys)
+                node = node.parent
+            k = m
+            for _, other, _, _ in plans:  # pages an earlier sibling will put in the tree
+                j = k
+                while j < most and keys[j] == other[j]:
+                    j += 1
+                if j > k and keys[:k] == other[:k]:
+                    k = j
+            plans.append((branch, keys, m, k))
+            need += n - k
+        return plans, need + sum(to_lock.values())
+
+    def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
+              content: object, plans) -> None:
+        """Carry out a plan that fits (see the module docstring, step 1)."""
+        bs, tree, pool = self.block_size, self.tree, self.pool
+        n, full = -(-num_tokens // bs), num_tokens // bs
+        # Lock every hit before taking blocks, so no eviction takes a page about to be hit.
+        stamp = self.clock = self.clock + 1
+        nodes = []
+        for _, keys, m, _ in plans:
+            node = tree.descend(keys, m, stamp) if m else tree.root
+            tree.lock(node)
+            if m:
+                tree.hit(node)
+            nodes.append(node)
+        pool.make_room(sum(n - k for _, _, _, k in plans))
+        for seq_id, (branch, keys, m, k), node in zip(seq_ids, plans, nodes, strict=True):
+            if k > m:  # an earlier sibling's pages: move the lock down onto them
+                deeper = tree.descend(keys, k, stamp)
+                tree.lock(deeper)
+                tree.unlock(node)
+                node = deeper
+            table = tree.path_blocks(node) if k else []
+            for b in table:
+                mgr._hold_block(b)
+            new = mgr._take(n - k)
+            table.extend(new)
+            # The new full pages join the tree now (unless the last-token rule left one
+            # that the tree holds already: it stays private, a duplicate until freed).
+            if full > k and keys[k] not in node.children:
+                leaf = tree.add_leaf(node, keys[k:full], new[:full - k], stamp)
+                for b in leaf.blocks:
+                    pool.in_tree[b] = True
+                tree.lock(leaf)
+                tree.unlock(node)
+                node = leaf
+            seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content, branch,
+                                          list(keys[:full]), k * bs)
+            seq.node = node
+            if num_tokens % bs:
+                mgr._set_room(seq)
+        mgr._num_logical_blocks += n * len(seq_ids)
+
+    # --------------------------------------------------------------- growing
+    def filled(self, mgr, seq: Seq, index: int, h: object = None,
+               dedup: bool = False) -> int:
+        """Block ``index`` of ``seq`` is full: its key joins the sequence's (the page
+        joins the tree when the sequence is freed)."""
+        seq.hashes.append(h if h is not None
+                          else block_key(seq.content, self.block_size, index, seq.branch))
+        return seq.table[index]
+
+    def forked(self, mgr, parent: Seq, child: Seq) -> None:
+        """The child locks its parent's path (its hashes, the parent's keys, are copied)."""
+        child.node = parent.node
+        if parent.node is not None:
+            self.tree.lock(parent.node)
+
+    # --------------------------------------------------------------- release
+    def freeing(self, mgr, seq: Seq) -> None:
+        """Put the sequence's full pages below its locked path into the tree (duplicates
+        are left out, to be freed) and stamp its whole path."""
+        if seq.content is None:
+            return
+        self.clock += 1
+        stamp, tree, ref, table = self.clock, self.tree, mgr._ref, seq.table
+        node = seq.node
+        full, i = seq.num_tokens // self.block_size, node.depth
+        keys = seq.hashes
+        while i < full:
+            child = node.children.get(keys[i])
+            if child is None:  # adopt its pages up to one that someone else holds too
+                j = i
+                while j < full and ref[table[j]] == 1:
+                    j += 1
+                if j > i:
+                    node = tree.add_leaf(node, keys[i:j], table[i:j], stamp)
+                    for b in node.blocks:
+                        self.pool.in_tree[b] = True
+                break
+            ck, c = child.keys, 0
+            while c < len(ck) and i < full and ck[c] == keys[i]:
+                c += 1  # the tree holds this page already: ours is a duplicate
+                i += 1
+            node = tree.split(child, c) if c < len(ck) else child
+        tree.stamp(node, stamp)
+
+    def freed(self, mgr, seq: Seq) -> None:
+        """Its blocks are back: unlock its path."""
+        if seq.node is not None:
+            self.tree.unlock(seq.node)
+
+    def swapped_in(self, mgr, seq: Seq, hashes: list) -> None:
+        """Back from the CPU into fresh blocks, outside the tree: it locks nothing."""
+        seq.hashes = list(hashes)
+        seq.node = self.tree.root
+
+    # ------------------------------------------------------------- pictures
+    def snapshot(self, snap: dict) -> None:
+        snap["tree"] = self.tree.describe()
+        snap["clock"] = self.clock
+
+    def check(self, mgr) -> None:
+        """Tree <-> reference counts, lock counts, locked paths (asserts)."""
+        tree, ref, bs = self.tree, mgr._ref, self.block_size
+        tree.check()
+        node_of: dict[int, Node] = {}
+        for node in tree.nodes():
+            for b in node.blocks:
+                assert b not in node_of, f"block {b} is in the tree twice"
+                node_of[b] = node
+        for b, node in node_of.items():  # held only by the sequences whose path has it
+            assert ref[b] == node.lock_ref, (
+                f"tree block {b}: {ref[b]} holders, its node's lock_ref is {node.lock_ref}")
+        locks: Counter[int] = Counter()
+        for seq_id, seq in mgr._seqs.items():
+            locked = x = seq.node or tree.root  # None: admitted without content
+            assert x is tree.root or x.parent is not None, f"{seq_id!r} locks an evicted node"
+            while x.parent is not None:
+                locks[x.id] += 1
+                x = x.parent
+            d = locked.depth
+            assert d <= seq.num_tokens // bs, f"sequence {seq_id!r} locks past its full pages"
+            assert seq.table[:d] == tree.path_blocks(locked), (
+                f"sequence {seq_id!r}: its first {d} blocks are not its locked path's")
+            assert not any(b in node_of for b in seq.table[d:]), (
+                f"sequence {seq_id!r} holds a tree page outside its locked path")
+            if d:
+                assert seq.content is not None
+                assert tree.path_keys(locked) == seq.hashes[:d], (
+                    f"sequence {seq_id!r}: its locked path holds other content")
+        for node in tree.nodes():
+            assert node.lock_ref == locks[node.id], (
+                f"{node}: lock_ref {node.lock_ref}, {locks[node.id]} sequences pass")
