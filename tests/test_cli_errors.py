@@ -199,7 +199,9 @@ def test_rate_sweep_on_a_trace_without_gaps(capsys: pytest.CaptureFixture[str],
     if sweep == "rate":
         argv += ["--values", "1,16"]
     line = _error_line(capsys, argv)
-    assert "argument --values:" in line and str(trace) in line and "2 arrivals" in line
+    # The swept rates when given; else the trace, which cannot take any rate.
+    flag = "--values" if sweep == "rate" else "--workload"
+    assert f"argument {flag}:" in line and str(trace) in line and "2 arrivals" in line
 
 
 def test_rate_sweep_on_a_trace_without_gaps_library(trace: Path) -> None:

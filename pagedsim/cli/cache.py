@@ -89,7 +89,8 @@ def run_cache_replay(args: argparse.Namespace) -> int:
     try:
         check_replay_size(requests, block_size)
     except ValueError as exc:
-        raise CliError(f"argument --num-requests / --block-size: {exc}") from None
+        source = "--num-requests" if args.trace in SHARING_WORKLOAD_NAMES else "TRACE"
+        raise CliError(f"argument {source} / --block-size: {exc}") from None
     results = [replay(requests, block_size, c) for c in args.capacity_tokens]
     if args.json:
         rows = [r.to_dict() for r in results]

@@ -234,8 +234,9 @@ def run_sweep(args: argparse.Namespace) -> int:
             first = (values or SWEEP_RATES)[0]
             try:
                 replace(exp, rate_per_s=first).trace()
-            except ValueError as exc:
-                raise CliError(f"argument --values: {exc}") from None
+            except ValueError as exc:  # the swept rates given, or the trace's own fault
+                flag = "--values" if values else "--workload"
+                raise CliError(f"argument {flag}: {exc}") from None
         plans.append((name, exp, values, report))
     _check_out(args)
     for name, exp, values, report in plans:
