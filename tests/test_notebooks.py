@@ -8,10 +8,18 @@ printed in a section at the end of the run (and kept as a junit property).
 Committed notebooks carry no outputs, no execution counts and no widget state, so
 their diffs stay readable: strip them with
 ``jupyter nbconvert --clear-output --inplace notebooks/NAME.ipynb``.
+
+Prediction exercises (``notebooks/predict.py``): a code cell whose metadata holds
+``exercise`` is a prediction cell (``NAME = None``); the next code cell is its knob cell,
+committed with ``KNOB = ...`` set away from the asked value; the code cell after that is
+its check cell. Every notebook has at least two. The run test writes each exercise's
+stored sample prediction and the asked knob value into the cells before executing, and
+requires each check cell to print the stored verdict (``Verdict: right`` or ``wrong``).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,6 +35,10 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CELL_TIMEOUT_S = 120
 MAX_WALL_S = 90.0
 KERNEL_NAME = "python3"
+
+EXERCISE_KEY = "exercise"
+MIN_EXERCISES = 2
+EXERCISE_FIELDS = ("id", "prediction", "sample", "knob", "set", "verdict")
 
 _wall_times: dict[str, float] = {}
 
@@ -56,6 +68,52 @@ def _report_wall_times(request):
         reporter.write_sep("-", f"notebook wall times (limit {MAX_WALL_S:.0f} s)")
         for line in lines:
             reporter.write_line(line)
+
+
+def _line_re(name: str) -> re.Pattern[str]:
+    """The line that assigns ``name`` (alone on the left of ``=``)."""
+    return re.compile(rf"^{re.escape(name)} = .*$", re.MULTILINE)
+
+
+def _exercises(nb) -> list[tuple[dict, int, int, int]]:
+    """(metadata, prediction cell, knob cell, check cell) of every exercise, in order."""
+    code = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    found = []
+    for pos, i in enumerate(code):
+        meta = nb.cells[i].metadata.get(EXERCISE_KEY)
+        if meta is None:
+            continue
+        assert pos + 2 < len(code), f"exercise {meta.get('id')}: no knob and check cells after it"
+        found.append((meta, i, code[pos + 1], code[pos + 2]))
+    return found
+
+
+def _set_line(cell, name: str, value: str) -> None:
+    """Rewrite the one line ``name = ...`` of ``cell`` as ``name = value``."""
+    pattern = _line_re(name)
+    hits = pattern.findall(cell.source)
+    assert len(hits) == 1, f"expected one line `{name} = ...` in the cell, found {len(hits)}"
+    cell.source = pattern.sub(lambda _: f"{name} = {value}", cell.source)
+
+
+def _apply_samples(nb) -> list[tuple[dict, int]]:
+    """Write each exercise's sample prediction and asked knob value into ``nb``; returns
+    (metadata, check cell) pairs."""
+    checks = []
+    for meta, pred, knob, check in _exercises(nb):
+        _set_line(nb.cells[pred], meta["prediction"], meta["sample"])
+        _set_line(nb.cells[knob], meta["knob"], meta["set"])
+        checks.append((meta, check))
+    return checks
+
+
+def _output_text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append(out.get("text", ""))
+        for value in out.get("data", {}).values():
+            parts.append(value if isinstance(value, str) else "")
+    return "\n".join(parts)
 
 
 def _execute(nb, monkeypatch):
@@ -106,9 +164,43 @@ def test_kernel_is_this_interpreter(monkeypatch):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_notebook_runs(path: Path, monkeypatch, record_property):
-    """Executes top to bottom without an error, within MAX_WALL_S seconds."""
+def test_notebook_exercises_are_predictions(path: Path):
+    """At least two exercises; each committed with no prediction (``NAME = None``), its
+    knob away from the asked value, and a check cell that judges that prediction."""
     nb = _read(path)
+    exercises = _exercises(nb)
+    assert len(exercises) >= MIN_EXERCISES, (
+        f"{path.name}: {len(exercises)} prediction exercise(s), at least {MIN_EXERCISES} wanted")
+    ids = [meta.get("id") for meta, *_ in exercises]
+    assert len(set(ids)) == len(ids), f"{path.name}: exercise ids repeat: {ids}"
+    for meta, pred, knob, check in exercises:
+        missing = [k for k in EXERCISE_FIELDS if k not in meta]
+        assert not missing, f"{path.name} exercise {meta.get('id')}: metadata lacks {missing}"
+        assert meta["verdict"] in ("right", "wrong"), f"{path.name} {meta['id']}: bad verdict"
+        name, knob_name = meta["prediction"], meta["knob"]
+        lines = _line_re(name).findall(nb.cells[pred].source)
+        assert lines == [f"{name} = None"] or (
+            len(lines) == 1 and lines[0].startswith(f"{name} = None ")), (
+            f"{path.name} {meta['id']}: the prediction cell must commit `{name} = None`")
+        knob_lines = _line_re(knob_name).findall(nb.cells[knob].source)
+        assert len(knob_lines) == 1, f"{path.name} {meta['id']}: no single `{knob_name} = ...`"
+        committed = knob_lines[0].split("=", 1)[1].split("#", 1)[0].strip()
+        assert committed != meta["set"], (
+            f"{path.name} {meta['id']}: `{knob_name}` is committed at the asked value "
+            f"{meta['set']}, so running the notebook answers the question")
+        src = nb.cells[check].source
+        assert re.search(r"check_(number|choice)\(", src) and f"name={name!r}" in src.replace(
+            '"', "'"), f"{path.name} {meta['id']}: the check cell does not judge `{name}`"
+        assert knob_name in src, f"{path.name} {meta['id']}: the check cell ignores the knob"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_runs(path: Path, monkeypatch, record_property):
+    """Executes top to bottom without an error, within MAX_WALL_S seconds, with every
+    exercise's sample prediction and asked knob value written in; each check cell prints
+    the verdict its metadata names."""
+    nb = _read(path)
+    checks = _apply_samples(nb)
     start = time.perf_counter()
     try:
         _execute(nb, monkeypatch)
@@ -119,6 +211,11 @@ def test_notebook_runs(path: Path, monkeypatch, record_property):
         _wall_times[path.name] = wall_s
         record_property("wall_time_s", round(wall_s, 2))
     print(f"{path.name}: {wall_s:.1f} s")
+    for meta, check in checks:
+        text = _output_text(nb.cells[check])
+        assert f"Verdict: {meta['verdict']}." in text, (
+            f"{path.name} exercise {meta['id']}: with the sample prediction {meta['sample']} and "
+            f"{meta['knob']} = {meta['set']}, expected `Verdict: {meta['verdict']}.`, got:\n{text}")
     assert wall_s <= MAX_WALL_S, (
         f"{path.name} took {wall_s:.1f} s to run; the limit is {MAX_WALL_S:.0f} s"
     )
