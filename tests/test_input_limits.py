@@ -178,3 +178,64 @@ def test_sweep_library_refuses_duplicate_values():
 
     with pytest.raises(ValueError, match="given twice: 2"):
         check_values("rate", [2.0, 3.0, 2.0], Experiment())
+
+
+def test_cache_size_sweep_checks_its_replay_before_the_runs(capsys, monkeypatch):
+    from pagedsim.experiments import runner as runner_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a run started before the replay's size was checked")
+
+    monkeypatch.setattr(runner_module, "run_scheme", refuse)
+    _one_error(capsys, ["sweep", "cache-size", "--num-requests", "40000", "--block-size",
+                        "1", "--no-write", "--jobs", "1"],
+               "argument --num-requests / --block-size: the prompts make more than")
+
+
+def test_fifo_and_device_as_compare_workload_say_what_they_are(tmp_path: Path, capsys):
+    _one_error(capsys, ["compare", "--workload", "/dev/zero", "--no-write"],
+               "is a character device, not a trace file")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "p")
+        _one_error(capsys, ["compare", "--workload", str(tmp_path / "p"), "--no-write"],
+                   "is a FIFO (named pipe), not a trace file")
+
+
+@pytest.mark.skipif(not hasattr(os, "wait4"), reason="needs os.wait4 for the child's memory")
+@pytest.mark.parametrize("case", ["1gib-no-newline", "dev-zero", "huge-prompt", "2**53"])
+def test_worst_inputs_refused_within_10_s_and_1_gb(tmp_path: Path, case: str):
+    """The issue's 'done when', measured on a fresh interpreter: exit 2 within 10 s, peak
+    resident memory under 1 GB (a sparse 1 GiB file without a newline; /dev/zero; one
+    10**15-token prompt; 2**53 synthetic requests)."""
+    import subprocess
+    import sys
+    import time
+
+    if case == "1gib-no-newline":
+        path = tmp_path / "big.csv"
+        with open(path, "wb") as file:
+            file.truncate(1 << 30)  # sparse: no disk used, 2**30 NUL characters
+        argv = ["cache-replay", str(path)]
+    elif case == "dev-zero":
+        argv = ["cache-replay", "/dev/zero"]
+    elif case == "huge-prompt":
+        path = tmp_path / "huge.csv"
+        path.write_text("arrival_s,prompt_len,output_len\n0,1000000000000000,10\n")
+        argv = ["cache-replay", str(path)]
+    else:
+        argv = ["cache-replay", "few-shot", "--num-requests", str(2**53)]
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "pagedsim", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    elapsed = time.perf_counter() - start
+    err = proc.stderr.read().decode()
+    assert os.waitstatus_to_exitcode(status) == 2, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert elapsed < 10, f"{elapsed:.1f} s"
+    peak_bytes = usage.ru_maxrss * 1024  # kilobytes on Linux
+    assert peak_bytes < 1 << 30, f"{peak_bytes / 2**20:.0f} MiB"

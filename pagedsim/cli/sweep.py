@@ -237,6 +237,14 @@ def run_sweep(args: argparse.Namespace) -> int:
             except ValueError as exc:  # the swept rates given, or the trace's own fault
                 flag = "--values" if values else "--workload"
                 raise CliError(f"argument {flag}: {exc}") from None
+        if name == "cache-size":  # its replay row, checked before the runs
+            from ..cache_replay import check_replay_size
+
+            try:
+                check_replay_size(exp.requests(), exp.block_size)
+            except ValueError as exc:
+                source = "--workload" if exp.is_trace else "--num-requests"
+                raise CliError(f"argument {source} / --block-size: {exc}") from None
         plans.append((name, exp, values, report))
     _check_out(args)
     for name, exp, values, report in plans:

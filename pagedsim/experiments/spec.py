@@ -23,6 +23,7 @@ from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
 from ..specs import get_gpu, get_model
 from ..traces import ON_TOO_LONG, Trace, TraceError, load_trace
 from ..units import GiB
+from ..user_files import file_kind
 from ..validate import check_choice, check_int
 from ..workload import MAX_NUM_REQUESTS as WORKLOAD_MAX_NUM_REQUESTS
 from ..workload import (
@@ -143,6 +144,11 @@ class Experiment:
                                  f"got {width}")
         if self.rate_per_s is not None:
             check_rate_per_s(self.rate_per_s, "rate")
+        if self.workload not in WORKLOAD_NAMES and os.path.exists(self.workload) \
+                and not os.path.isfile(self.workload):  # a FIFO or device: never opened
+            raise ValueError(f"workload {self.workload!r} is "
+                             f"{file_kind(os.stat(self.workload).st_mode)}, not a trace file "
+                             "(a regular .csv or .jsonl file)")
         if self.workload not in WORKLOAD_NAMES and not os.path.isfile(self.workload):
             raise ValueError(f"workload {self.workload!r} is neither one of "
                              f"{', '.join(WORKLOAD_NAMES)} nor an existing trace file")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..cache_replay import replay
+from ..cache_replay import check_replay_size, replay
 from ..paper import SHARING_SAVINGS_ALPACA, figure13_batch
 from ..scheduler import PREEMPTION_MODES
 from ..schemes import DEFAULT_SCHEMES
@@ -122,11 +122,12 @@ def sweep_cache_size(exp: Experiment, capacities: Sequence[int] = SWEEP_CACHE_TO
     import pandas as pd
 
     schemes = check_schemes(schemes)
+    requests = exp.requests()
+    bs = exp.block_size
+    check_replay_size(requests, bs)  # before the runs: the replay must not fail after them
     tasks = [(replace(exp, capacity_tokens=int(c)), s) for c in capacities for s in schemes]
     df = _frame(run_many(tasks, jobs, progress, "capacities x schemes"),
                 capacity_tokens=[int(c) for c in capacities for _ in schemes])
-    requests = exp.requests()
-    bs = exp.block_size
     rows = []
     for c in capacities:
         r = replay(requests, bs, int(c) // bs * bs)
