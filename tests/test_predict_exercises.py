@@ -89,6 +89,13 @@ def test_choice_refuses_an_unknown_choice():
         predict.check_choice("more", "other", name="p", choices=("more", "less"), knob=KNOB_SET)
 
 
+def test_knob_not_set_judges_no_answer_at_all():
+    # A run at the committed knob may give an answer that is none of the choices.
+    c = predict.check_choice("more", "4, 5, 6, 7", name="p", choices=("more", "less"),
+                             knob=("kv_heads", 2, 4))
+    assert c.verdict == "knob not set"
+
+
 def test_markdown_display():
     c = predict.check_number(1, 1, name="p", knob=KNOB_SET)
     assert c._repr_markdown_() == c.text == str(c)
