@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 import pagedsim
-from pagedsim.cli.base import CliError
+from pagedsim.cli.base import ArgumentParser, CliError, name_the_flag
 from pagedsim.cli.outdir import prepare_out
 from pagedsim.schemes import get_scheme, kv_cache_class
 from pagedsim.sharing_workloads import (
@@ -116,6 +116,8 @@ class MeasureConfig:
             kv_cache_class(s)  # raises with the valid names, or if no cache mirrors it
         if not self.schemes:
             raise ValueError("schemes must name at least one scheme")
+        if len(set(self.schemes)) != len(self.schemes):  # each would only repeat its rows
+            raise ValueError(f"schemes names a scheme twice: {','.join(self.schemes)}")
         check_choice("workload", self.workload, WORKLOADS)
         for name in ("num_requests", "num_blocks", "block_size", "max_model_len", "n",
                      "beam_width", "shared_tokens", "prefix_groups", "max_num_batched_tokens"):
@@ -419,8 +421,9 @@ def plot(results: list[SchemeMeasurement], path: Path | None = None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pagedsim.kernels.measure", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    # pagedsim's parser: a usage error is one line (CliError), not usage text and exit.
+    parser = ArgumentParser(prog="python -m pagedsim.kernels.measure", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     d = MeasureConfig()
     parser.add_argument("--schemes", default=",".join(d.schemes),
                         help="comma-separated pagedsim schemes (default: %(default)s)")
@@ -484,7 +487,10 @@ def main(argv: list[str] | None = None) -> int:
             report = budget_check(model)
             print("budget:", report if report is not None else "no CUDA GPU: skipped")
     except (ValueError, TypeError, pagedsim.PagedSimError, OSError, CliError) as e:
-        print(f"python -m pagedsim.kernels.measure: error: {e}", file=sys.stderr)
+        message = " ".join(str(e).split())
+        if not isinstance(e, CliError):  # the library names parameters: name the flags
+            message = name_the_flag(message, parser)
+        print(f"python -m pagedsim.kernels.measure: error: {message}", file=sys.stderr)
         return 2
     return 0
 

@@ -113,3 +113,15 @@ def test_every_request_rejected_is_reported_not_a_nan_traceback(tmp_path, capsys
     assert "does not fit the empty pool of 8 slots" in out
     m = measure_scheme(small(num_blocks=2, num_requests=3), "paged", progress=False)
     assert len(m.rejections) == 3 and m.max_token_gap_slots == 0
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--num-requests", "0"], "--num-requests"),
+    (["--num-requests", "abc"], "--num-requests"),
+    (["--schemes", "paged,paged"], "--schemes"),
+    (["--out", "/proc/pagedsim-no-such/x"], "--out"),
+])
+def test_cli_errors_are_one_line_naming_the_flag(capsys, argv, flag):
+    assert main([*argv, "--backend", "torch"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"error: argument {flag}:" in err[0], err
