@@ -41,7 +41,12 @@ from pagedsim.labs import (
     release,
     strip_regions,
 )
-from pagedsim.labs.autograder import KNOWN_REQUIREMENTS, lab_requirements
+from pagedsim.labs.autograder import (
+    KNOWN_REQUIREMENTS,
+    TORCH_CPU_INDEX,
+    TORCH_PIN,
+    lab_requirements,
+)
 from pagedsim.labs.index import between, index_table
 from pagedsim.labs.meta import lab_folders, load_lab
 from pagedsim.labs.prefork import Prefork
@@ -236,8 +241,10 @@ def test_autograder_zip_holds_the_release_only(lab, released: Path, tmp_path: Pa
                 (released / lab.folder / student_file).read_bytes()
         setup = zf.read("setup.sh").decode()
     requirements, kernels = lab_requirements(lab)
-    assert ("pip install '.[kernels]'" in setup) == kernels
+    assert ("'.[kernels]'" in setup) == kernels
+    assert (f"{TORCH_PIN} --index-url {TORCH_CPU_INDEX}" in setup) == kernels
     assert all(r in setup for r in requirements)
+    assert 'VENV="$ROOT/venv"' in setup and "pip install --upgrade pip" not in setup
 
 
 # --------------------------------------------------------------------------------------
@@ -269,6 +276,54 @@ def test_run_autograder_grades_a_submission(tmp_path: Path) -> None:
         results = json.loads((root / "results" / "results.json").read_text())
         scores.append(results["score"])
     assert scores == [lab.max_score, 0]
+
+
+def _reachable(host: str) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((host, 443), timeout=3).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.skipif(not (ROOT / "labs" / "lab1_budget").is_dir(), reason="lab 1 missing")
+def test_setup_sh_builds_a_venv_that_grades(tmp_path: Path) -> None:
+    """setup.sh in a temporary layout standing in for /autograder (source, submission,
+    results), with the Python this one was made from (no package of the project's in
+    it): it makes $ROOT/venv, installs pagedsim and the graders' needs there, and
+    run_autograder, with that venv's Python, gives lab 1's reference full marks."""
+    if not (_reachable("pypi.org") and _reachable("files.pythonhosted.org")):
+        pytest.skip("setup.sh installs from PyPI, which this machine cannot reach")
+    out = build_autograder(1, tmp_path / "ag.zip", labs_dir=ROOT / "labs")
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(out) as zf:
+        zf.extractall(root / "source")
+    base = getattr(sys, "_base_executable", sys.executable)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(tmp_path)),
+           "AUTOGRADER_ROOT": str(root), "PYTHON": base}
+    proc = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    python = root / "venv" / "bin" / "python"
+    assert python.is_file()
+    check = subprocess.run([str(python), "-c", "import pagedsim, pytest, hypothesis; "
+                            "print(pagedsim.__file__)"], capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0 and str(root / "venv") in check.stdout, check.stderr
+    lab = next(lab for lab in LABS if lab.id == 1)
+    submission = root / "submission"
+    submission.mkdir()
+    for name in lab.student_files:
+        shutil.copyfile(lab.path / name, submission / name)
+    env.pop("PYTHON")  # run_autograder's default: setup.sh's venv
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == lab.max_score, results
 
 
 def test_known_requirements_match_pyproject() -> None:
@@ -550,6 +605,30 @@ def test_missing_student_file_scores_zero(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = grade(1, path=tmp_path / "empty", labs_dir=labs)
     assert result.score == 0 and "missing student file(s) toy.py" in result.message
+    assert "your upload holds no file" in result.message
+
+
+def test_missing_file_message_names_the_uploaded_files(tmp_path: Path) -> None:
+    """A browser's renamed copy (``toy (1).py``): the message names what was uploaded
+    (not a temporary folder) and the rename that would fix it."""
+    labs = _toy_lab(tmp_path / "labs", _TOY_TESTS)
+    uploaded = tmp_path / "submission" / "mine"
+    uploaded.mkdir(parents=True)
+    (uploaded / "toy (1).py").write_text("def value():\n    return 1\n")
+    (uploaded / "notes.txt").write_text("hi")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = grade(1, path=work, labs_dir=labs, uploaded=tmp_path / "submission")
+    assert result.score == 0
+    assert "your upload holds: mine/notes.txt, mine/toy (1).py" in result.message
+    assert "rename 'toy (1).py' to 'toy.py' and upload it again" in result.message
+    assert str(work) not in result.message
+
+
+def test_grade_refuses_an_unbounded_timeout() -> None:
+    for bad in (float("inf"), 1e20, float("nan"), 0, -1, True, "10"):
+        with pytest.raises(LabError, match="timeout_s must be a number of seconds"):
+            grade(1, labs_dir=ROOT / "labs", timeout_s=bad)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------
@@ -631,6 +710,10 @@ def test_cli_grade_json_shape(capsys: pytest.CaptureFixture[str], tmp_path: Path
     (["labs", "grade", "1", "--mutant", "no-such"], "has no mutant 'no-such'; valid: "),
     (["labs", "grade", "1", "--mutant", "x", "--path", "."], "not both"),
     (["labs", "grade", "1", "--timeout", "0"], "--timeout"),
+    (["labs", "grade", "1", "--timeout", "inf"], "argument --timeout must be a number of "
+                                                 "seconds > 0 and <= 86400, got inf"),
+    (["labs", "grade", "1", "--timeout", "1e20"], "got 1e+20"),
+    (["labs", "grade", "1", "--timeout", "nan"], "got nan"),
     (["labs", "grade", "1", "--task", "lab1_9"], "lab 1 has no task 'lab1_9'; valid: lab1_1"),
     (["labs", "autograder", "1", "out.txt"], "must be a .zip file name"),
     (["labs", "autograder", "99", "out.zip"], "unknown lab 99"),
@@ -655,6 +738,25 @@ def test_cli_release_refuses_a_non_empty_folder(capsys: pytest.CaptureFixture[st
     assert not [p for p in files if p.name == "mutants.py"]
     assert not [p for p in files if "BEGIN SOLUTION" in p.read_text(errors="replace")]
     assert (tmp_path / "README.md").read_text() == (ROOT / "labs" / "README.md").read_text()
+
+
+def test_cli_release_one_lab_then_a_range(capsys: pytest.CaptureFixture[str],
+                                          tmp_path: Path) -> None:
+    """``--lab 4`` writes lab 4 alone (released after lab 3's deadline: it holds lab 3's
+    solution); ``--lab 1-2 --force`` adds labs 1 and 2 beside it."""
+    status, out, _ = _cli(capsys, "labs", "release", str(tmp_path), "--lab", "4")
+    assert status == 0 and sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == \
+        ["lab4_cow"]
+    status, _, _ = _cli(capsys, "labs", "release", str(tmp_path), "--lab", "1-2", "--force")
+    assert status == 0 and sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == \
+        ["lab1_budget", "lab2_contiguous", "lab4_cow"]
+    for spec, message in (("9", "--lab '9': no lab 9; valid ids: 1, 2"),
+                          ("3-1", "the range '3-1' runs backwards"),
+                          ("x", "'x' is no lab id or range such as 4 or 1-3")):
+        status, out, err = _cli(capsys, "labs", "release", str(tmp_path / "new"), "--lab",
+                                spec)
+        assert status == 2 and out == "" and message in err and len(err.splitlines()) == 1
+        assert not (tmp_path / "new").exists()
 
 
 def test_cli_without_pytest_exits_2() -> None:

@@ -82,7 +82,11 @@ def test_gqa_counts_kv_heads_not_query_heads() -> None:
 
 @pytest.mark.lab1_1
 def test_every_model_preset_matches_pagedsim() -> None:
-    for spec in MODELS.values():
+    # Presets with per-layer KV (sliding windows, MLA latents, fixed state) keep another
+    # number per token than the one formula of this task: only the plain ones are asked.
+    plain = [spec for spec in MODELS.values() if not spec.layers]
+    assert len(plain) >= 5
+    for spec in plain:
         shape = (spec.num_layers, spec.num_heads, spec.num_kv_heads, spec.head_dim,
                  spec.dtype_bytes)
         assert adapters.bytes_per_token(*shape) == spec.bytes_per_token, spec.name

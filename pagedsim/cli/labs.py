@@ -1,7 +1,8 @@
 """``pagedsim labs``: the graded classroom labs (:mod:`pagedsim.labs`).
 
 - ``pagedsim labs list [--json]``: the labs (JSON: objects with ``id``, ``title``, ...);
-- ``pagedsim labs release OUT [--force]``: the student version, solutions stripped;
+- ``pagedsim labs release OUT [--lab N|A-B|A,B-C] [--force]``: the student version,
+  solutions stripped (of every lab, or of those named);
 - ``pagedsim labs grade N [--path DIR] [--json] [--mutant NAME] [--task MARKER]``: grade
   the reference, the student files under DIR, or a planted-bug mutant (all tasks, or the
   ones named); prints a per-task points table, or with
@@ -32,10 +33,14 @@ def add_labs(subparsers: argparse._SubParsersAction) -> None:
                         "student_files, forbidden_imports, max_score, tasks")
     q.set_defaults(run=run_list)
 
-    q = sub.add_parser("release", help="write the student version of every lab",
-                       description="Write the student version of every lab into OUT: each "
-                                   "solution region replaced by a TODO that raises "
-                                   "NotImplementedError, mutants.py left out.")
+    q = sub.add_parser("release", help="write the student version of the labs",
+                       description="Write the student version of every lab (or of those "
+                                   "--lab names) into OUT: each solution region replaced by "
+                                   "a TODO that raises NotImplementedError, mutants.py left "
+                                   "out.")
+    q.add_argument("--lab", metavar="IDS",
+                   help="only these labs: an id (4), a range (1-3) or a list (1,4-5); with "
+                        "--force, a later release joins the earlier ones in OUT")
     q.add_argument("out", metavar="OUT", help="output folder (must not exist or be empty)")
     q.add_argument("--force", action="store_true",
                    help="write into a non-empty OUT, replacing the lab folders and README.md "
@@ -60,7 +65,12 @@ def add_labs(subparsers: argparse._SubParsersAction) -> None:
                    help="print Gradescope's results.json: score, output, tests (name, score, "
                         "max_score, output)")
     q.add_argument("--timeout", metavar="SECONDS", type=float, default=600.0,
-                   help="stop the graders after this many seconds (default: 600)")
+                   help="stop the graders after this many seconds, at most 86400 "
+                        "(default: 600)")
+    q.add_argument("--uploaded", metavar="DIR",
+                   help="the folder the files were uploaded to, named with what it holds "
+                        "when a student file is missing (the autograder passes its "
+                        "submission folder)")
     q.set_defaults(run=run_grade)
 
     q = sub.add_parser("autograder", help="build a Gradescope autograder zip for one lab",
@@ -92,9 +102,11 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    from ..labs import release
+    from ..labs import list_labs, release
+    from ..labs.release import parse_lab_ids
 
-    labs = release(args.out, force=args.force)
+    ids = None if args.lab is None else parse_lab_ids(args.lab, [lab.id for lab in list_labs()])
+    labs = release(args.out, force=args.force, lab_ids=ids)
     print(f"released {len(labs)} labs into {args.out}: "
           + ", ".join(lab.folder for lab in labs))
     return 0
@@ -102,11 +114,11 @@ def run_release(args: argparse.Namespace) -> int:
 
 def run_grade(args: argparse.Namespace) -> int:
     from ..labs import grade
+    from ..labs.grading import check_timeout
 
-    if not args.timeout > 0:
-        raise ValueError(f"argument --timeout: must be > 0 seconds, got {args.timeout:g}")
+    check_timeout(args.timeout, "argument --timeout")
     result = grade(args.lab, path=args.path, mutant=args.mutant, timeout_s=args.timeout,
-                   tasks=args.task)
+                   tasks=args.task, uploaded=args.uploaded)
     if args.json:
         print(json.dumps(result.to_gradescope(), indent=1))
     else:

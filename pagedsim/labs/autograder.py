@@ -5,10 +5,11 @@ image, then ``run_autograder`` for every submission (the student's files are in
 ``/autograder/submission``; the score goes to ``/autograder/results/results.json``). The zip
 holds, at its root:
 
-- ``setup.sh``: pip-installs pagedsim from the source copy below (with the extra
-  ``[kernels]``, after a CPU build of torch, when the lab's files import torch or triton)
-  and the graders' own needs (pytest, and what else they import; ``requires`` in
-  ``lab.json``);
+- ``setup.sh``: makes a virtual environment ``/autograder/venv`` (pip bootstrapped if the
+  image lacks it) and installs into it pagedsim from the source copy below (with the extra
+  ``[kernels]``, after a CPU build of torch pinned to :data:`TORCH_PIN`, when the lab's
+  files import torch or triton) and the graders' own needs (pytest, and what else they
+  import; ``requires`` in ``lab.json``);
 - ``run_autograder``: copies the student files (found by name anywhere in the submission)
   into an empty lab folder and runs ``python3 -m pagedsim labs grade N --path ... --json``;
 - ``pyproject.toml``, ``README.md``, ``pagedsim/``, ``kernels/``: a source copy of pagedsim;
@@ -35,6 +36,8 @@ KNOWN_REQUIREMENTS = {"pytest": "pytest>=8", "hypothesis": "hypothesis>=6.100"}
 KERNEL_IMPORTS = ("torch", "triton", "pagedsim.kernels")
 #: Where setup.sh gets a CPU-only torch (the default wheel carries CUDA, gigabytes of it).
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+#: The torch setup.sh installs for the kernel labs (the version the project is tested on).
+TORCH_PIN = "torch==2.13.0"
 _SOURCE_FILES = ("pyproject.toml", "README.md")
 _SOURCE_DIRS = ("pagedsim", "kernels")
 # Zip entries get one fixed date, so the same inputs give the same bytes.
@@ -83,31 +86,65 @@ def lab_requirements(lab: LabInfo, folder: Path | None = None) -> tuple[list[str
 
 
 def setup_script(lab: LabInfo, requirements: list[str], kernels: bool) -> str:
-    """``setup.sh``: install pagedsim from the zip's source copy and the graders' needs."""
+    """``setup.sh``: a virtual environment (Gradescope's Ubuntu images have an externally
+    managed system Python, PEP 668, and may lack pip), pagedsim from the zip's source copy
+    and the graders' needs in it; torch pinned to :data:`TORCH_PIN`, a CPU build.
+
+    ``$AUTOGRADER_ROOT`` (default ``/autograder``) and ``$PYTHON`` (default ``python3``)
+    let it run outside Gradescope (tests/test_labs.py runs it so)."""
     target = ".[kernels]" if kernels else "."
     lines = [
         "#!/usr/bin/env bash",
         f"# Gradescope autograder for lab {lab.id} ({lab.title}), built by "
         f"'pagedsim labs autograder {lab.id}'.",
-        "# Runs once, as root, when Gradescope builds the image: installs pagedsim from the",
-        "# source copy in this folder and what the lab's graders import.",
+        "# Runs once, as root, when Gradescope builds the image: a virtual environment in",
+        "# $ROOT/venv (the system Python refuses pip installs, PEP 668), pagedsim from the",
+        "# source copy in this folder and what the lab's graders import, installed in it.",
         "set -euo pipefail",
-        "cd /autograder/source",
-        "python3 -m pip install --upgrade pip",
+        'ROOT="${AUTOGRADER_ROOT:-/autograder}"',
+        'PYTHON="${PYTHON:-python3}"',
+        'VENV="$ROOT/venv"',
+        'cd "$ROOT/source"',
+        "# Debian and Ubuntu ship venv and ensurepip in a package of their own.",
+        'if ! "$PYTHON" -c "import venv, ensurepip" 2>/dev/null; then',
+        "    if command -v apt-get >/dev/null; then",
+        "        apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+        "python3-venv python3-pip",
+        "    fi",
+        "fi",
+        'if "$PYTHON" -c "import ensurepip" 2>/dev/null; then',
+        '    "$PYTHON" -m venv "$VENV"',
+        "else  # no ensurepip at all: a venv without pip, then pip bootstrapped into it",
+        '    "$PYTHON" -m venv --without-pip "$VENV"',
+        '    curl -fsSL https://bootstrap.pypa.io/get-pip.py | "$VENV/bin/python"',
+        "fi",
+        'PIP=("$VENV/bin/python" -m pip install --no-input --disable-pip-version-check)',
+        '"${PIP[@]}" --upgrade pip',
     ]
     if kernels:
-        lines.append("# The graders import torch/triton: a CPU build of torch (no GPU there).")
-        lines.append(f"python3 -m pip install torch --index-url {TORCH_CPU_INDEX}")
-    lines.append("python3 -m pip install " + " ".join(shlex.quote(r)
-                                                      for r in [target, *requirements]))
+        lines.append("# The graders import torch/triton: torch pinned as the project pins it, "
+                     "a CPU build (no GPU there).")
+        lines.append(f'"${{PIP[@]}}" {shlex.quote(TORCH_PIN)} --index-url {TORCH_CPU_INDEX}')
+    lines.append('"${PIP[@]}" ' + " ".join(shlex.quote(r) for r in [target, *requirements]))
+    lines += [
+        "# The student's code runs as an unprivileged user (pagedsim.labs.sandbox): it may",
+        "# not read pagedsim's sources by path (the modules a lab forbids are among them);",
+        "# the grader imports them as root before switching user.",
+        'PKG=$("$VENV/bin/python" -c "import pagedsim, os; '
+        'print(os.path.dirname(pagedsim.__file__))")',
+        'chmod -R go-rwx "$PKG" "$ROOT/source"',
+        'chmod go+x "$ROOT/source"  # run_autograder stays reachable',
+        'chmod go+r "$ROOT/source/run_autograder" "$ROOT/source/setup.sh"',
+    ]
     return "\n".join(lines) + "\n"
 
 
 def run_script(lab: LabInfo) -> str:
     """``run_autograder``: grade the files of one submission into results.json.
 
-    ``$AUTOGRADER_ROOT`` (default ``/autograder``) and ``$PYTHON`` (default ``python3``)
-    let the script run outside Gradescope too (tests/test_labs.py runs it so)."""
+    ``$AUTOGRADER_ROOT`` (default ``/autograder``) and ``$PYTHON`` (default setup.sh's
+    ``$AUTOGRADER_ROOT/venv/bin/python``) let the script run outside Gradescope too
+    (tests/test_labs.py runs it so)."""
     names = " ".join(shlex.quote(n) for n in lab.student_files)
     return f"""#!/usr/bin/env bash
 # Gradescope runs this for every submission. The student's files ({', '.join(lab.student_files)})
@@ -116,7 +153,7 @@ def run_script(lab: LabInfo) -> str:
 # $ROOT/source/labs (which holds no reference solution). A missing file scores 0.
 set -uo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
-PYTHON="${{PYTHON:-python3}}"
+PYTHON="${{PYTHON:-$ROOT/venv/bin/python}}"  # setup.sh's virtual environment
 WORK=$(mktemp -d)
 mkdir -p "$WORK/{lab.folder}" "$ROOT/results"
 for name in {names}; do
@@ -128,6 +165,7 @@ done
 export PAGEDSIM_LABS_DIR="$ROOT/source/labs"
 cd "$WORK"  # the installed pagedsim, not the source copy in $ROOT/source
 if ! "$PYTHON" -m pagedsim labs grade {lab.id} --path "$WORK" --json \\
+        --uploaded "$ROOT/submission" \\
         > "$ROOT/results/results.json" 2> "$WORK/stderr.txt"; then
     # The grader itself failed (not the student's code): say why instead of a blank page.
     "$PYTHON" - "$WORK/stderr.txt" "$ROOT/results/results.json" <<'EOF'

@@ -2,23 +2,28 @@
 
 :func:`grade` follows these steps:
 
-1. copy the lab folder into a fresh temporary folder, leaving out ``mutants.py``;
-2. put in what is graded: the student files from ``path`` (a released tree's root holding
-   ``lab<N>_<slug>/``, or that lab folder itself), or one mutant applied to the reference,
-   or nothing (the reference as it is);
+1. copy the lab folder into a fresh temporary folder, leaving out ``mutants.py`` and the
+   student files (and the lab's ``worker_modules``);
+2. put what is graded into a second, separate folder: the student files from ``path`` (a
+   released tree's root holding ``lab<N>_<slug>/``, or that lab folder itself), or one
+   mutant applied to the reference, or the reference as it is;
 3. check the student files for imports the lab forbids (statically, with ``ast``:
    :mod:`pagedsim.labs.imports`): one found scores 0 on every task and pytest does not run;
 4. run ``python -m pytest -q -p pagedsim.labs.plugin test_lab<N>.py`` in a subprocess, in
-   that folder, and read the per-test outcomes the plugin writes (installed pytest plugins
-   are not auto-loaded, except hypothesis's: a lab's ``conftest.py`` may name others in
-   ``pytest_plugins``);
+   the first folder, and read the per-test outcomes the plugin writes (installed pytest
+   plugins are not auto-loaded, except hypothesis's). That process runs the graders but
+   not the student's code: the plugin starts a worker process in the second folder,
+   confined, and the graders reach the student's modules through it
+   (:mod:`pagedsim.labs.remote`), so nothing the student's code does can write a record;
 5. score each task: points x passed tests of its marker / its tests.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -28,19 +33,45 @@ import time
 from pathlib import Path
 
 from .imports import forbidden_imports
-from .meta import LABS_DIR_ENV, RESULTS_ENV, LabError, LabInfo, TaskInfo, find_labs_dir, get_lab
+from .meta import (
+    LABS_DIR_ENV,
+    RESULTS_ENV,
+    WORKER_ENV,
+    LabError,
+    LabInfo,
+    TaskInfo,
+    find_labs_dir,
+    get_lab,
+)
 from .mutants import get_mutant
 from .prefork import FIXED_ENV, Prefork
 from .results import LabResult, TaskScore
 
 #: Files of a lab folder that never go into a grading or released copy.
 IGNORED = ("mutants.py", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
-#: Default wall-clock limit of one grader run, in seconds.
+#: Default wall-clock limit of one grader run, in seconds, and the largest one accepted.
 DEFAULT_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 86_400.0
+#: The longest one call into the student's code may run (seconds) before its process is
+#: stopped (that test fails, the next starts a fresh process); and its data memory.
+CALL_LIMIT_S = 120.0
+WORKER_MEMORY_BYTES = 4 * 2**30
+#: Bytes of pytest's own output kept (its end) to explain a run that went wrong.
+_LOG_TAIL_BYTES = 64 * 2**10
 #: Environment variables of the calling process that would change how the graders' pytest
 #: runs (extra options, plugins), removed from the child's environment.
 _SCRUBBED_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER",
                  "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+def check_timeout(timeout_s: object, name: str = "timeout_s") -> float:
+    """``timeout_s`` as a float if it is a finite number of seconds in (0, 86400]; else a
+    one-line :class:`LabError` naming ``name`` and the value."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
+            math.isfinite(timeout_s) and 0 < timeout_s <= MAX_TIMEOUT_S):
+        raise LabError(f"{name} must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, "
+                       f"got {timeout_s!r}")
+    return float(timeout_s)
 
 
 def require_pytest() -> None:
@@ -81,7 +112,8 @@ def _labs_dir_or_tree(path: Path | str) -> Path | None:
 def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None,
           labs_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
           tasks: tuple[str, ...] | list[str] | None = None,
-          fail_fast: bool = False, runner: Prefork | None = None) -> LabResult:
+          fail_fast: bool = False, runner: Prefork | None = None,
+          uploaded: Path | str | None = None) -> LabResult:
     """Grade lab ``lab_id``: the reference (neither ``path`` nor ``mutant``), the student
     files under ``path``, or the reference with the mutant called ``mutant``.
 
@@ -90,7 +122,10 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
     then only say whether some test failed, which is all the test suite asks of a mutant.
     ``runner`` forks the run from a warm :class:`~pagedsim.labs.prefork.Prefork` server
     instead of starting a fresh Python (the same run, without the imports' start-up time).
+    ``uploaded`` (the autograder's submission folder) is named, with the files it holds,
+    when a student file is missing.
     """
+    timeout_s = check_timeout(timeout_s)
     if path is not None and not Path(path).exists():
         raise LabError(f"path {str(path)!r} does not exist")
     if labs_dir is None and path is not None:
@@ -103,43 +138,77 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         raise LabError(f"no task selected; valid: {', '.join(lab.markers)}")
     require_pytest()
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=f"pagedsim-lab{lab.id}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"pagedsim-lab{lab.id}-") as tmp, \
+            tempfile.TemporaryDirectory(prefix=f"pagedsim-student{lab.id}-") as student:
         work = Path(tmp) / lab.folder
         shutil.copytree(lab.path, work, ignore=shutil.ignore_patterns(*IGNORED))
+        graded_files = {n: (lab.path / n).read_text(encoding="utf-8")
+                        for n in lab.student_files}
         missing: list[str] = []
         if path is not None:
             source = student_dir(lab, path)
-            graded = str(source)
+            graded = "the uploaded files" if uploaded else str(source)
             for name in lab.student_files:
-                (work / name).unlink()  # the reference must never be graded in its place
                 if (source / name).is_file():
-                    shutil.copyfile(source / name, work / name)
+                    graded_files[name] = (source / name).read_text(encoding="utf-8",
+                                                                   errors="replace")
                 else:
                     missing.append(name)
         elif mutant is not None:
             planted = get_mutant(lab, mutant)
-            target = work / planted.file
-            target.write_text(planted.apply(target.read_text(encoding="utf-8"),
-                                            f"{lab.folder}/{planted.file}"), encoding="utf-8")
+            graded_files[planted.file] = planted.apply(graded_files[planted.file],
+                                                       f"{lab.folder}/{planted.file}")
             graded = f"mutant {planted.name}"
         else:
             graded = "reference"
-
         if missing:
-            message = (f"missing student file(s) {', '.join(missing)} in {graded}; every task "
-                       "scores 0")
-            return _zero(lab, selected, graded, message, start)
-        found = [line for name in lab.student_files
-                 for line in forbidden_imports((work / name).read_text(encoding="utf-8"),
-                                               lab.forbidden_imports, name)]
+            return _zero(lab, selected, graded, _missing_message(
+                lab, missing, Path(uploaded) if uploaded else source), start)
+        found = [line for name, text in graded_files.items()
+                 for line in forbidden_imports(text, lab.forbidden_imports, name)]
         if found:
             return _zero(lab, selected, graded, "; ".join(found) + "; every task scores 0",
                          start)
+        # The graders' folder keeps no student code; the worker's folder holds only it
+        # (and the modules the lab runs beside it).
+        for name, text in graded_files.items():
+            (work / name).unlink()
+            (Path(student) / name).write_text(text, encoding="utf-8")
+        for module in lab.worker_modules:
+            shutil.move(work / f"{module}.py", Path(student) / f"{module}.py")
         extra = ["-m", " or ".join(t.marker for t in selected)] if tasks is not None else []
         extra += ["-x"] if fail_fast else []
+        worker = _worker_config(lab, Path(student), timeout_s)
         records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s, extra,
-                                    runner)
+                                    runner, worker)
     return _score(lab, selected, graded, records, note, start)
+
+
+def _missing_message(lab: LabInfo, missing: list[str], where: Path) -> str:
+    """Which file is missing, what the upload held instead, and the likely mix-up."""
+    held = sorted(p.relative_to(where).as_posix() for p in where.rglob("*")
+                  if p.is_file() and "__MACOSX" not in p.parts) if where.is_dir() else []
+    shown = ", ".join(held[:20]) + (f" and {len(held) - 20} more" if len(held) > 20 else "")
+    lines = [f"missing student file(s) {', '.join(missing)}: the graders need "
+             f"{', '.join(lab.student_files)}, named exactly so; every task scores 0",
+             f"your upload holds: {shown}" if held else "your upload holds no file"]
+    for name in missing:
+        close = difflib.get_close_matches(name, [Path(h).name for h in held], n=1, cutoff=0.6)
+        if close:
+            lines.append(f"rename {close[0]!r} to {name!r} and upload it again")
+    return "\n".join(lines)
+
+
+def _worker_config(lab: LabInfo, folder: Path, timeout_s: float) -> dict:
+    """The worker's settings (:class:`pagedsim.labs.remote.Worker`)."""
+    from .autograder import lab_requirements  # (autograder imports this module)
+
+    kernels = lab_requirements(lab)[1]
+    return {"folder": str(folder), "modules": list(lab.remote_modules),
+            "preload": ["pagedsim"] + (["torch", "triton"] if kernels else []),
+            "forbidden": list(lab.forbidden_imports), "memory_bytes": WORKER_MEMORY_BYTES,
+            "cpu_s": math.ceil(timeout_s) + 10, "call_limit_s": min(timeout_s, CALL_LIMIT_S),
+            "start_limit_s": min(timeout_s, CALL_LIMIT_S)}
 
 
 def _zero(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, message: str,
@@ -150,30 +219,33 @@ def _zero(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, message: st
 
 
 def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
-                extra: list[str], runner: Prefork | None) -> tuple[list[dict], str]:
+                extra: list[str], runner: Prefork | None,
+                worker: dict) -> tuple[list[dict], str]:
     """Run the graders in ``work`` (a fresh ``python -m pytest``, or a child forked by
     ``runner``); the plugin's records, and a note when pytest stopped without running the
     tests (its exit status and the end of its output)."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
     env.update(FIXED_ENV)
     env[RESULTS_ENV] = str(results)
+    env[WORKER_ENV] = json.dumps(worker)
     args = ["-q", "-p", "pagedsim.labs.plugin", "-p", "no:cacheprovider"]
     if importlib.util.find_spec("hypothesis") is not None:
         args += ["-p", "hypothesis.extra.pytestplugin"]
     args += [*extra, lab.test_file]
-    note, status, output = "", 0, ""
+    note, status = "", 0
+    log = results.with_suffix(".log")
     if runner is None:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=work, env=env,
-                                  capture_output=True, text=True, timeout=timeout_s,
-                                  stdin=subprocess.DEVNULL)
-            status, output = proc.returncode, proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired:
-            status = -9
+        # pytest's output goes to a file (of which only the end is read), not to memory.
+        with open(log, "wb") as out:
+            try:
+                status = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=work,
+                                        env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        timeout=timeout_s, stdin=subprocess.DEVNULL).returncode
+            except subprocess.TimeoutExpired:
+                status = -9
     else:
-        log = results.with_suffix(".log")
         status = runner.run(args, str(work), env, str(log), timeout_s)
-        output = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    output = _tail(log)
     if status == -9:
         note = f"the graders ran longer than {timeout_s:g} s and were stopped"
     records = []
@@ -193,6 +265,16 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
         tail = "\n".join(output.strip().splitlines()[-15:]).replace(f"{work}{os.sep}", "")
         note = f"pytest exited with status {status}:\n{tail}"
     return records, note
+
+
+def _tail(path: Path) -> str:
+    """The last :data:`_LOG_TAIL_BYTES` of a file ("" if there is none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - _LOG_TAIL_BYTES))
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _score(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, records: list[dict],
@@ -215,5 +297,10 @@ def _score(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, records: l
         score = task.points * passed / len(mine) if mine else 0.0
         scores.append(TaskScore(task.marker, task.title, task.points, score, passed,
                                 len(mine), output))
+    worker = next((r for r in records if r.get("kind") == "worker"), {})
     return LabResult(lab=lab, graded=graded, tasks=tuple(scores), message=note, errors=errors,
-                     duration_s=time.perf_counter() - start)
+                     duration_s=time.perf_counter() - start,
+                     sandbox=tuple(str(n) for n in worker.get("notes", ())),
+                     output=str(worker.get("output", "")),
+                     output_bytes=int(worker.get("output_bytes", 0)),
+                     grader_peak_rss_bytes=int(worker.get("grader_peak_rss_bytes", 0)))

@@ -7,11 +7,15 @@ A lab is a folder ``lab<N>_<slug>/`` holding ``lab.json``, the student module(s)
     {"id": 1, "title": "Memory budget", "hours": 3, "notebook": "notebooks/01_kv_cache.ipynb",
      "student_files": ["budget_lab.py"], "forbidden_imports": ["pagedsim.budget"],
      "tasks": [{"marker": "lab1_1", "title": "bytes per token with GQA", "points": 10}],
-     "requires": ["hypothesis>=6.100"]}                                # optional
+     "requires": ["hypothesis>=6.100"],                                # optional
+     "worker_modules": ["adapters"]}                                   # optional
 
 ``requires`` (optional) lists extra pip requirements for the autograder, beyond what
-:mod:`pagedsim.labs.autograder` infers from the lab's imports. Every problem is reported
-as one :class:`LabError` line naming the file, the key and what would be valid.
+:mod:`pagedsim.labs.autograder` infers from the lab's imports. ``worker_modules``
+(optional; default: the student files' module names) are the modules the graders import
+that run in the student's process when graded (:mod:`pagedsim.labs.remote`): lab 6 names
+``adapters``, whose Triton harnesses must run beside the student's kernels. Every problem
+is reported as one :class:`LabError` line naming the file, the key and what would be valid.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from pathlib import Path
 LABS_DIR_ENV = "PAGEDSIM_LABS_DIR"
 #: Environment variable naming the JSON-lines file :mod:`pagedsim.labs.plugin` writes.
 RESULTS_ENV = "PAGEDSIM_LABS_RESULTS"
+#: Environment variable: the worker's configuration (JSON) for :mod:`pagedsim.labs.plugin`.
+WORKER_ENV = "PAGEDSIM_LABS_WORKER"
 #: A lab folder's name: ``lab<N>_<slug>``.
 FOLDER_RE = re.compile(r"^lab(?P<id>[1-9][0-9]*)_(?P<slug>[a-z0-9][a-z0-9_]*)$")
 #: A task marker: ``lab<N>_<k>``.
 MARKER_RE = re.compile(r"^lab(?P<lab>[1-9][0-9]*)_(?P<task>[1-9][0-9]*)$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _REQUIRED = ("id", "title", "hours", "notebook", "student_files", "forbidden_imports", "tasks")
-_OPTIONAL = ("requires",)
+_OPTIONAL = ("requires", "worker_modules")
 _TASK_KEYS = ("marker", "title", "points")
 
 
@@ -71,6 +77,13 @@ class LabInfo:
     tasks: tuple[TaskInfo, ...]
     path: Path
     requires: tuple[str, ...] = ()
+    worker_modules: tuple[str, ...] = ()
+
+    @property
+    def remote_modules(self) -> tuple[str, ...]:
+        """The modules that run in the student's process: ``worker_modules``, or the
+        student files' module names."""
+        return self.worker_modules or tuple(Path(n).stem for n in self.student_files)
 
     @property
     def folder(self) -> str:
@@ -204,13 +217,19 @@ def load_lab(folder: Path) -> LabInfo:
             raise LabError(f"{where}: forbidden_imports entry {name!r} is not a module name "
                            "such as 'pagedsim.budget'")
     requires = _names(where, "requires", raw.get("requires", []), allow_empty=True)
+    worker_modules = _names(where, "worker_modules", raw.get("worker_modules", []),
+                            allow_empty=True)
+    for name in worker_modules:
+        if not _MODULE_RE.match(name) or "." in name or not (folder / f"{name}.py").is_file():
+            raise LabError(f"{where}: worker_modules entry {name!r} must name a module "
+                           f"<name>.py of {folder.name}/")
     tasks = _tasks(where, lab_id, raw["tasks"])
     for name in ("adapters.py", f"test_lab{lab_id}.py"):
         if not (folder / name).is_file():
             raise LabError(f"{where}: the lab folder has no {name}")
     return LabInfo(id=lab_id, title=title, hours=hours, notebook=notebook,
                    student_files=student_files, forbidden_imports=forbidden, tasks=tasks,
-                   path=folder, requires=requires)
+                   path=folder, requires=requires, worker_modules=worker_modules)
 
 
 def _text(where: Path, key: str, value: object) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .meta import RESULTS_ENV
+from .meta import RESULTS_ENV, WORKER_ENV
 
 #: Longest failure text kept per test (characters); the grader's output stays readable.
 MAX_TEXT = 1500
@@ -66,6 +66,63 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker}: lab task: {title}")
     if _state["markers"]:
         _hypothesis_profile()
+    worker = os.environ.pop(WORKER_ENV, None)
+    if worker:
+        from .remote import Worker, install
+
+        settings = json.loads(worker)
+        _state["worker"] = Worker(settings)
+        install(_state["worker"], settings["modules"])
+        _become_subreaper()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    worker = _state.pop("worker", None)
+    if worker is None:
+        return
+    worker.close()
+    _kill_orphans()
+    import resource
+
+    _write({"kind": "worker", "notes": worker.notes,
+            "output": worker.output.decode("utf-8", errors="replace"),
+            "output_bytes": worker.output_total_bytes,
+            # Linux counts KiB: this process's peak, whatever the student's code printed.
+            "grader_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
+
+
+def _become_subreaper() -> None:
+    """Processes the student's code starts and leaves behind become this process's
+    children (Linux), so that :func:`_kill_orphans` ends them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_orphans() -> None:
+    """SIGKILL every remaining child of this process (a fork that outlived its test)."""
+    import signal
+
+    for _ in range(5):
+        children = []
+        for stat_path in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat_path.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == os.getpid():
+                children.append(int(stat_path.parent.name))
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
 
 
 def _hypothesis_profile() -> None:

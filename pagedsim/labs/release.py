@@ -71,12 +71,35 @@ def release_lab(lab: LabInfo, dest: Path) -> None:
         (dest / name).write_text(text, encoding="utf-8")
 
 
-def release(out_dir: Path | str, force: bool = False,
-            labs_dir: Path | None = None) -> list[LabInfo]:
-    """Write the student version of every lab under ``out_dir``; return the labs written.
+def parse_lab_ids(spec: str, valid: list[int]) -> list[int]:
+    """``"4"``, ``"1-3"``, ``"1,4-5"``: the lab ids named, in order, each once. A
+    :class:`LabError` line names a bad part and the valid ids."""
+    ids: list[int] = []
+    shown = ", ".join(map(str, valid))
+    for part in spec.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            lo, hi = int(first), int(last) if dash else int(first)
+        except ValueError:
+            raise LabError(f"--lab {spec!r}: {part.strip()!r} is no lab id or range such as "
+                           f"4 or 1-3; valid ids: {shown}") from None
+        if lo > hi:
+            raise LabError(f"--lab {spec!r}: the range {part.strip()!r} runs backwards")
+        unknown = [i for i in range(lo, hi + 1) if i not in valid]
+        if unknown:
+            raise LabError(f"--lab {spec!r}: no lab {unknown[0]}; valid ids: {shown}")
+        ids += [i for i in range(lo, hi + 1) if i not in ids]
+    return ids
+
+
+def release(out_dir: Path | str, force: bool = False, labs_dir: Path | None = None,
+            lab_ids: list[int] | None = None) -> list[LabInfo]:
+    """Write the student version of every lab (or of those in ``lab_ids``) under
+    ``out_dir``; return the labs written.
 
     ``out_dir`` must not exist or be empty, unless ``force``: then the lab folders and
-    ``README.md`` it would write are replaced and anything else there is left alone.
+    ``README.md`` it would write are replaced and anything else there is left alone (so
+    that a lab released later, ``--lab 4``, joins the earlier ones).
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -88,6 +111,12 @@ def release(out_dir: Path | str, force: bool = False,
     labs = list_labs(labs_dir)
     if not labs:
         raise LabError(f"no labs found in {labs_dir}")
+    if lab_ids is not None:
+        unknown = [i for i in lab_ids if i not in [lab.id for lab in labs]]
+        if unknown:
+            raise LabError(f"no lab {unknown[0]}; valid ids: "
+                           f"{', '.join(str(lab.id) for lab in labs)}")
+        labs = [lab for lab in labs if lab.id in lab_ids]
     for lab in labs:  # check everything before writing anything
         stripped_files(lab)
     if labs_dir.resolve() == out.resolve() or labs_dir.resolve() in out.resolve().parents:

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from .meta import LabInfo
 
+#: Characters of the student's printed output shown in the table and in results.json.
+SHOWN_OUTPUT_CHARS = 2000
+
 
 @dataclass(frozen=True, slots=True)
 class TaskScore:
@@ -32,7 +35,10 @@ class LabResult:
     ``mutant NAME``, or the student folder); ``message`` explains a run that scored 0
     without running the graders (a forbidden import, a missing file) or a run pytest
     could not finish; ``errors`` are collection errors; ``duration_s`` is the wall time of
-    the whole run in seconds."""
+    the whole run in seconds. ``sandbox`` says how the student's process was confined,
+    ``output`` holds the first bytes it printed and ``output_bytes`` how many it printed
+    in all; ``grader_peak_rss_bytes`` is the peak memory of the process that ran the
+    graders."""
 
     lab: LabInfo
     graded: str
@@ -40,6 +46,10 @@ class LabResult:
     message: str = ""
     errors: tuple[str, ...] = ()
     duration_s: float = 0.0
+    sandbox: tuple[str, ...] = ()
+    output: str = ""
+    output_bytes: int = 0
+    grader_peak_rss_bytes: int = 0
 
     @property
     def score(self) -> float:
@@ -81,7 +91,18 @@ class LabResult:
         if self.message:
             lines.append(self.message)
         lines += self.errors
+        lines += self._printed()
         return "\n".join(lines)
+
+    def _printed(self) -> list[str]:
+        """What the student's code printed: how much, and its start (cut, and said so)."""
+        if not self.output_bytes:
+            return []
+        shown = self.output[:SHOWN_OUTPUT_CHARS]
+        cut = len(shown.encode("utf-8", errors="replace")) < self.output_bytes
+        head = f"your code printed {self.output_bytes:,} bytes" + (
+            f"; the first {len(shown):,} characters (the rest was cut):" if cut else ":")
+        return [head, shown.rstrip("\n")]
 
     def table(self) -> str:
         """A per-task points table, then why points were lost."""
@@ -99,7 +120,7 @@ class LabResult:
             cells = zip(row, widths, strict=True)
             lines.append("  ".join(c.ljust(w) if j < 2 else c.rjust(w)
                                    for j, (c, w) in enumerate(cells)).rstrip())
-        notes = ([self.message] if self.message else []) + list(self.errors)
+        notes = ([self.message] if self.message else []) + list(self.errors) + self._printed()
         if not self.errors and not self.message:  # else every task says "see above"
             notes += [f"{t.marker}: {t.output}" for t in self.tasks
                       if t.lost_points and t.output]

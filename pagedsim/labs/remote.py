@@ -1,0 +1,476 @@
+"""The graders' side of the student's code: a worker process and proxies of its objects.
+
+When :func:`pagedsim.labs.grade` grades, the pytest process that runs the graders holds
+no student code. :func:`install` puts a :class:`RemoteModule` in ``sys.modules`` under each
+name the lab's graders import the student's code by (``budget_lab``; lab 6's
+``adapters``); every use of it (an attribute, a call, an item, ``len``, iteration) is a
+request to a :class:`Worker`, a process started by ``python -m pagedsim.labs.worker`` in a
+folder holding the student's files only, confined (:mod:`pagedsim.labs.sandbox`). Answers
+come back as plain values (ints, strings, lists, tensors' copies...), checked by the
+graders here, or as handles (:class:`Remote`) of objects that stay there; the student's
+exceptions come back as the nearest builtin or pagedsim exception class. The student's
+code can answer wrongly, or end its process, but it cannot reach the graders, the
+plugin's records or pytest: a forged record forges nothing.
+
+Limits: one call that runs longer than ``call_limit_s`` ends the worker (the test fails
+and the next request starts a fresh one); the worker's output is kept up to
+:data:`OUTPUT_CAP_BYTES` and the rest counted, never stored.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import threading
+import types
+from pathlib import Path
+
+from .wire import TENSOR_DTYPES, WireError, recv, safe_loads, send
+
+#: Bytes of the student's printed output kept (the rest is counted, then dropped).
+OUTPUT_CAP_BYTES = 64 * 2**10
+_CALLABLES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType)
+
+
+class WorkerError(RuntimeError):
+    """The student's process ended, ran past a limit or broke the channel's rules."""
+
+
+class Worker:
+    """One worker process (restarted on the next request after it ends)."""
+
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.generation = 0
+        self.notes: list[str] = []
+        self.output = bytearray()
+        self.output_total_bytes = 0
+        self._proc: subprocess.Popen | None = None
+        self._callbacks: dict[int, object] = {}
+        self._released: list[int] = []
+        #: (type name, attribute) pairs known to be methods: called in one request.
+        self.methods: set[tuple[str, str]] = set()
+        #: (handle, attribute) -> the list/dict/set read from it since the last request
+        #: that was not such a read: the student's state cannot change in between, and
+        #: pagedsim's views read every block's reference count at every step.
+        self.reads: dict[tuple[int, str], object] = {}
+
+    # -- the process
+    def _start(self) -> None:
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        config = {**self.config, "fds": [req_r, rep_w]}
+        env = {k: v for k, v in os.environ.items()
+               if k in ("PATH", "LANG", "LC_ALL", "HOME", "PAGEDSIM_LABS_USER", "SYSTEMROOT")}
+        env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=config["folder"],
+                   TRITON_CACHE_DIR=str(Path(config["folder"]) / ".triton"))
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "pagedsim.labs.worker", json.dumps(config)],
+            cwd=config["folder"], pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)
+        os.close(req_r)
+        os.close(rep_w)
+        self._send_fd, self._recv_fd = req_w, rep_r
+        self.generation += 1
+        threading.Thread(target=self._drain, args=(self._proc.stdout,), daemon=True).start()
+        reply = self._wait(self.config["start_limit_s"], "to start")
+        self.notes = list(reply[1]) if reply and reply[0] == "ready" else []
+
+    def _drain(self, stream) -> None:
+        while True:
+            chunk = stream.read1(1 << 16)
+            if not chunk:
+                return
+            self.output_total_bytes += len(chunk)
+            room = OUTPUT_CAP_BYTES - len(self.output)
+            if room > 0:
+                self.output += chunk[:room]
+
+    def close(self) -> None:
+        """End the worker and everything it started."""
+        if self._proc is None:
+            return
+        for fd in (self._send_fd, self._recv_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._proc.wait()
+        self._proc = None
+
+    def _died(self, what: str) -> WorkerError:
+        proc = self._proc
+        self.close()
+        status = proc.returncode if proc is not None else None
+        how = (f"killed by signal {-status}" if status is not None and status < 0
+               else f"exit status {status}")
+        return WorkerError(f"your code's process ended {what} ({how})")
+
+    # -- requests
+    def request(self, op: str, *args: object) -> object:
+        if op != "getattr":
+            self.reads.clear()
+        if self._proc is None:
+            self._start()
+        released, self._released = self._released, []
+        try:
+            send(self._send_fd, self._encode(("req", op, args, released)))
+        except OSError:
+            raise self._died("before answering") from None
+        return self._finish(self._wait(self.config["call_limit_s"], "in this call"))
+
+    def _wait(self, limit_s: float, what: str) -> tuple:
+        """The next reply; runs the grader callbacks the worker asks for meanwhile."""
+        while True:
+            ready, _, _ = select.select([self._recv_fd], [], [], limit_s)
+            if not ready:
+                self.close()
+                raise WorkerError(f"your code ran longer than {limit_s:g} s {what} and was "
+                                  "stopped")
+            try:
+                message = safe_loads(recv(self._recv_fd), self._resolve)
+            except WireError as exc:
+                raise self._died(f"{what}: {exc}") from None
+            if not isinstance(message, tuple) or not message:
+                raise self._died(f"{what}: a malformed reply")
+            if message[0] != "cb":
+                return message
+            self._run_callback(message)
+
+    def _run_callback(self, message: tuple) -> None:
+        try:
+            _, cb_id, args, kwargs = message
+            reply = ("ok", self._callbacks[cb_id](*args, **kwargs))  # type: ignore[operator]
+        except Exception as exc:  # noqa: BLE001 - reported to the worker
+            reply = ("err", f"{type(exc).__name__}: {exc}")
+        send(self._send_fd, self._encode(reply))
+
+    def _finish(self, message: tuple) -> object:
+        if message[0] == "ok" and len(message) == 2:
+            return message[1]
+        if message[0] == "err" and len(message) == 4:
+            raise _exception(*message[1:])
+        raise self._died("with a malformed reply")
+
+    # -- encoding
+    def _encode(self, value: object) -> bytes:
+        import io
+
+        out = io.BytesIO()
+        _Pickler(out, self).dump(value)
+        return out.getvalue()
+
+    def _persistent_id(self, obj: object) -> object:
+        if isinstance(obj, Remote):
+            if obj._gen != self.generation:
+                raise WorkerError("this object belonged to your code's earlier process, "
+                                  "which ended")
+            return ("h", obj._id)
+        if isinstance(obj, _CALLABLES) and _graders_own(obj):
+            cb_id = len(self._callbacks) + 1
+            self._callbacks[cb_id] = obj
+            return ("cb", cb_id)
+        return None
+
+    def _resolve(self, tag: tuple) -> object:
+        kind = tag[0]
+        if kind == "h" and len(tag) == 3 and type(tag[1]) is int:
+            return Remote(self, tag[1], str(tag[2]))
+        if kind == "m" and len(tag) == 3 and type(tag[1]) is int and type(tag[2]) is str:
+            return RemoteMethod(self, tag[1], tag[2])
+        if kind == "cb" and len(tag) == 2 and tag[1] in self._callbacks:
+            return self._callbacks[tag[1]]
+        if kind == "L" and len(tag) == 3 and type(tag[1]) is int and type(tag[2]) in _LIVE:
+            return _LIVE[type(tag[2])](Remote(self, tag[1], type(tag[2]).__name__), tag[2])
+        if kind == "v" and len(tag) == 2 and type(tag[1]) in (int, float, str, bytes):
+            return tag[1]
+        if kind == "T" and len(tag) == 5:
+            return _tensor(*tag[1:])
+        raise WireError(f"unknown reference {tag!r:.80}")
+
+
+#: What goes to the worker as a list: views and one-pass iterables that pickle cannot copy.
+_AS_LIST = (type({}.keys()), type({}.values()), type({}.items()), types.GeneratorType, map,
+            filter, zip, reversed)
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, out, worker: Worker) -> None:
+        super().__init__(out, protocol=4)
+        self._worker = worker
+
+    def persistent_id(self, obj: object) -> object:
+        return self._worker._persistent_id(obj)
+
+    def reducer_override(self, obj: object) -> object:
+        if isinstance(obj, _AS_LIST):
+            return (list, (list(obj),))  # type: ignore[call-overload]
+        return NotImplemented
+
+
+#: Modules whose functions go to the worker by name: what pickle itself names when it
+#: copies a tensor or a container (torch's rebuilders, copyreg's reconstructor).
+_BY_NAME = ("torch", "copyreg", "builtins", "collections", "numpy", "_codecs", "functools")
+
+
+def _graders_own(func: object) -> bool:
+    """Is ``func`` to be called back in this process (every function and method of the
+    graders, pagedsim's included, so that what it changes is changed here) rather than
+    pickled by name (a library's that pickle uses to copy a value)?"""
+    if isinstance(func, types.MethodType):
+        return True
+    module = getattr(func, "__module__", None) or ""
+    return module.partition(".")[0] not in _BY_NAME
+
+
+def _tensor(dtype: object, shape: object, device: object, raw: object) -> object:
+    import torch
+
+    if dtype not in TENSOR_DTYPES or not isinstance(raw, bytes) or not isinstance(
+            shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
+        raise WireError("a malformed tensor")
+    kind = getattr(torch, str(dtype))
+    if not raw:
+        out = torch.empty(shape, dtype=kind)
+    else:
+        out = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(kind).reshape(shape)
+    if isinstance(device, str) and device.startswith("cuda") and torch.cuda.is_available():
+        out = out.to(device)
+    return out
+
+
+def _exception(mro: object, text: object, where: object) -> Exception:
+    """The student's exception as the nearest builtin or pagedsim class (its own name in
+    front of the message when that differs), never a BaseException outside Exception."""
+    chosen: type[Exception] = WorkerError
+    names = [m for m in mro if isinstance(m, tuple) and len(m) == 2] if isinstance(
+        mro, list) else []
+    for module, qualname in names:
+        cls = None
+        if module == "builtins":
+            cls = getattr(builtins, str(qualname), None)
+        elif isinstance(module, str) and module.startswith("pagedsim.") and module in \
+                sys.modules:
+            cls = sys.modules[module]
+            for part in str(qualname).split("."):
+                cls = getattr(cls, part, None)
+        if isinstance(cls, type) and issubclass(cls, Exception) and cls is not Exception:
+            chosen = cls
+            break
+    own = str(names[0][1]) if names else "an error"
+    message = str(text) if own == chosen.__qualname__ else f"{own}: {text}"
+    if isinstance(where, list) and where:
+        message += f" (at {', '.join(str(w) for w in where)})"
+    try:
+        return chosen(message)
+    except Exception:  # noqa: BLE001 - a class that wants other arguments
+        return WorkerError(message)
+
+
+class Remote:
+    """An object that lives in the worker; every use is a request."""
+
+    __slots__ = ("_w", "_id", "_gen", "_type", "__weakref__")
+
+    def __init__(self, worker: Worker, handle: int, type_name: str) -> None:
+        object.__setattr__(self, "_w", worker)
+        object.__setattr__(self, "_id", handle)
+        object.__setattr__(self, "_gen", worker.generation)
+        object.__setattr__(self, "_type", type_name)
+
+    def _ask(self, op: str, *args: object) -> object:
+        if self._gen != self._w.generation:
+            raise WorkerError(f"this {self._type} belonged to your code's earlier process, "
+                              "which ended")
+        return self._w.request(op, self._id, *args)
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        worker = self._w
+        if (self._type, name) in worker.methods:
+            return RemoteMethod(worker, self._id, name)
+        value = worker.reads.get((self._id, name))
+        if value is not None and self._gen == worker.generation:
+            return value
+        value = self._ask("getattr", name)
+        if isinstance(value, RemoteMethod):
+            worker.methods.add((self._type, name))
+        elif isinstance(value, _LiveMixin):
+            worker.reads[(self._id, name)] = value
+        else:
+            worker.reads.clear()  # a property ran the student's code
+        return value
+
+    def __setattr__(self, name: str, value: object) -> None:
+        self._ask("setattr", name, value)
+
+    def __del__(self) -> None:
+        if getattr(self, "_gen", None) == self._w.generation:
+            self._w._released.append(self._id)
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self._ask("call", args, kwargs)
+
+    def __getitem__(self, key: object) -> object:
+        return self._ask("getitem", key)
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self._ask("setitem", key, value)
+
+    def __delitem__(self, key: object) -> None:
+        self._ask("delitem", key)
+
+    def __iter__(self):
+        return iter(self._ask("list"))  # type: ignore[call-overload]
+
+    def __hash__(self) -> int:
+        return hash((id(self._w), self._gen, self._id))
+
+    def __copy__(self) -> object:
+        return self._ask("copy")  # made in the worker: a handle of the copy
+
+    def __deepcopy__(self, memo: dict) -> object:
+        return self._ask("deepcopy")
+
+    def __repr__(self) -> str:
+        try:
+            return str(self._ask("dunder", "__repr__", ()))
+        except Exception:  # noqa: BLE001 - a repr must not raise in a failure report
+            return f"<your {self._type}>"
+
+
+def _dunder(name: str):
+    def method(self: Remote, *args: object) -> object:
+        return self._ask("dunder", name, args)
+    method.__name__ = name
+    return method
+
+
+# What the student's object answers is data the graders check (a length, a string, a
+# number, membership). Equality, order and truth are not asked: an object whose __eq__
+# says True to everything would pass every ``assert answer == expected``. A student's
+# object equals only itself here, and has no truth value.
+for _name in ("__len__", "__contains__", "__str__", "__int__", "__float__", "__index__",
+              "__next__"):
+    setattr(Remote, _name, _dunder(_name))
+
+
+def _equal(self: Remote, other: object) -> bool:
+    return isinstance(other, Remote) and (other._w, other._gen, other._id) == (
+        self._w, self._gen, self._id)
+
+
+def _no_truth(self: Remote) -> bool:
+    raise TypeError(f"your code gave a {self._type} where a value (a bool, a number, a "
+                    "list...) was expected")
+
+
+Remote.__eq__ = _equal  # type: ignore[method-assign,assignment]
+Remote.__ne__ = lambda self, other: not _equal(self, other)  # type: ignore[method-assign]
+Remote.__bool__ = _no_truth  # type: ignore[attr-defined]
+
+
+class _LiveMixin:
+    """A copy of a worker's list, dict or set, read here; writes change both."""
+
+    _remote: Remote
+
+    def _write(self, name: str, *args: object) -> object:
+        self._remote._ask("callmethod", name, args, {})
+        return getattr(super(), name)(*args)  # type: ignore[misc]
+
+    def __reduce_ex__(self, protocol: object) -> tuple:
+        # A copy (copy.deepcopy, pickle) is a plain container: the values, not the link.
+        plain = next(t for t in (list, dict, set) if isinstance(self, t))
+        return (plain, (plain(self),))  # type: ignore[call-overload]
+
+
+def _writer(name: str):
+    def method(self: _LiveMixin, *args: object) -> object:
+        return self._write(name, *args)
+    method.__name__ = name
+    return method
+
+
+class LiveList(_LiveMixin, list):
+    def __init__(self, remote: Remote, value: list) -> None:
+        super().__init__(value)
+        self._remote = remote
+
+
+class LiveDict(_LiveMixin, dict):
+    def __init__(self, remote: Remote, value: dict) -> None:
+        super().__init__(value)
+        self._remote = remote
+
+
+class LiveSet(_LiveMixin, set):
+    def __init__(self, remote: Remote, value: set) -> None:
+        super().__init__(value)
+        self._remote = remote
+
+
+for _cls, _names in ((LiveList, ("__setitem__", "__delitem__", "append", "extend", "insert",
+                                 "pop", "remove", "clear", "sort", "reverse")),
+                     (LiveDict, ("__setitem__", "__delitem__", "pop", "popitem", "clear",
+                                 "update", "setdefault")),
+                     (LiveSet, ("add", "discard", "remove", "pop", "clear", "update"))):
+    for _name in _names:
+        setattr(_cls, _name, _writer(_name))
+_LIVE = {list: LiveList, dict: LiveDict, set: LiveSet}
+
+
+class RemoteMethod:
+    """A method of a worker object (``pool.take_block``), called in one request."""
+
+    __slots__ = ("_w", "_id", "_gen", "_name")
+
+    def __init__(self, worker: Worker, handle: int, name: str) -> None:
+        self._w, self._id, self._gen, self._name = worker, handle, worker.generation, name
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        if self._gen != self._w.generation:
+            raise WorkerError("this method belonged to your code's earlier process")
+        return self._w.request("callmethod", self._id, self._name, args, kwargs)
+
+
+class RemoteModule(types.ModuleType):
+    """A module of the worker, imported there on first use."""
+
+    def __init__(self, name: str, worker: Worker) -> None:
+        super().__init__(name, f"your {name}, run in a separate process")
+        self._worker = worker
+        self._module: Remote | None = None
+
+    def __getattr__(self, attr: str) -> object:
+        if attr.startswith("__") and attr.endswith("__"):
+            raise AttributeError(attr)
+        module = self.__dict__.get("_module")
+        if module is None or module._gen != self._worker.generation:
+            module = self._worker.request("import", self.__name__)
+            self.__dict__.update(_module=module, _cache={})
+        cache = self.__dict__["_cache"]
+        if attr in cache and cache[attr]._gen == self._worker.generation:
+            return cache[attr]
+        value = getattr(module, attr)
+        if isinstance(value, Remote):  # a class or function: the same object next time
+            cache[attr] = value
+        return value
+
+
+def install(worker: Worker, names: list[str]) -> None:
+    """Put a :class:`RemoteModule` for each name in ``sys.modules``."""
+    for name in names:
+        sys.modules[name] = RemoteModule(name, worker)

@@ -1,0 +1,299 @@
+"""The process that runs a student's code: ``python -m pagedsim.labs.worker CONFIG``.
+
+Started by :mod:`pagedsim.labs.remote` in a folder holding the student's files (and, for
+a lab whose graders reach the student through it, the lab's ``adapters.py``), nothing
+else. It imports the preloads (pagedsim, torch...), blocks the lab's forbidden modules
+(:func:`block_forbidden`), confines itself (:func:`pagedsim.labs.sandbox.confine`) and
+then answers requests on one pipe, replying on another (:mod:`pagedsim.labs.wire`). Its stdout
+and stderr go to a pipe the grader reads and cuts at a cap. It never sees the graders,
+the results, or where they go; whatever it answers, the graders check the answer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pickle
+import sys
+import traceback
+import types
+from pathlib import Path
+
+from . import counting  # noqa: F401  (imported before the user switch: see setup.sh)
+from .wire import recv, send
+
+#: The channel's two ends in this process (set from the config by :func:`main`).
+REQUESTS_FD, REPLIES_FD = -1, -1
+_PLAIN = (type(None), bool, int, float, str, bytes, list, tuple, dict, set, frozenset)
+#: Mutable containers read from an attribute or an item stay in the worker (a handle), so
+#: that an adapter writing into them (``lab.ref_counts[b] += 1``) changes the student's.
+_LIVE = (list, dict, set)
+_handles: dict[int, object] = {}
+_next_id = [1]
+
+
+class _ByRef:
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+
+class _Live:
+    """A mutable container read from an attribute or an item: sent as its copy and its
+    handle (the grader reads the copy, writes go to the handle)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+
+class _Method:
+    __slots__ = ("handle", "name")
+
+    def __init__(self, handle: int, name: str) -> None:
+        self.handle, self.name = handle, name
+
+
+class Callback:
+    """A function of the grader's: calling it asks the grader to run it."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, cb_id: int) -> None:
+        self.id = cb_id
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        send(REPLIES_FD, _encode(("cb", self.id, args, kwargs)))
+        return _serve(until_reply=True)
+
+    def __repr__(self) -> str:
+        return f"<grader callback {self.id}>"
+
+
+def _register(obj: object) -> int:
+    handle = _next_id[0]
+    _next_id[0] += 1
+    _handles[handle] = obj
+    return handle
+
+
+class _Out(pickle.Pickler):
+    def persistent_id(self, obj: object) -> object:
+        kind = type(obj)
+        if kind in _PLAIN:
+            return None
+        if kind is _ByRef:
+            return ("h", _register(obj.obj), type(obj.obj).__qualname__)
+        if kind is _Live:
+            return ("L", _register(obj.obj), _copy(obj.obj))
+        if kind is _Method:
+            return ("m", obj.handle, obj.name)
+        if kind is Callback:
+            return ("cb", obj.id)
+        if isinstance(obj, (int, float, str, bytes)) and not isinstance(obj, bool):
+            # An int (str...) subclass goes as its plain value: a NamedTuple's fields, an
+            # IntEnum, lab 5's counted block ids. Its own __eq__ stays here.
+            return ("v", (int, float, str, bytes)[[isinstance(obj, t) for t in (
+                int, float, str, bytes)].index(True)](obj))
+        if kind.__module__ == "torch" and kind.__name__ in ("Tensor", "Parameter"):
+            return _tensor(obj)
+        return ("h", _register(obj), kind.__qualname__)
+
+
+def _copy(value: object) -> object:
+    """A copy of a live container for the grader (its elements go as usual)."""
+    return dict(value) if isinstance(value, dict) else list(value) if isinstance(
+        value, list) else set(value)
+
+
+def _tensor(x) -> tuple:
+    import torch
+
+    flat = x.detach().cpu().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return ("T", str(x.dtype).removeprefix("torch."), tuple(x.shape), str(x.device), raw)
+
+
+def _encode(value: object) -> bytes:
+    import io
+
+    out = io.BytesIO()
+    _Out(out, protocol=4).dump(value)
+    return out.getvalue()
+
+
+class _In(pickle.Unpickler):
+    def persistent_load(self, pid: tuple) -> object:
+        if pid[0] == "h":
+            return _handles[pid[1]]
+        if pid[0] == "cb":
+            return Callback(pid[1])
+        raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+
+
+def _decode(data: bytes) -> object:
+    import io
+
+    return _In(io.BytesIO(data)).load()
+
+
+def _live(value: object) -> object:
+    return _Live(value) if type(value) in _LIVE else value
+
+
+def _handle(op: str, args: tuple) -> object:
+    if op == "import":
+        return _ByRef(importlib.import_module(args[0]))
+    if op == "count":  # lab 5's comparisons (pagedsim.labs.counting)
+        return counting._COUNT[0]
+    obj = _handles[args[0]]
+    if op == "getattr":
+        value = getattr(obj, args[1])
+        if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and not isinstance(
+                getattr(value, "__self__", None), types.ModuleType):
+            return _Method(args[0], args[1])
+        return _live(value)
+    if op == "setattr":
+        setattr(obj, args[1], args[2])
+        return None
+    if op == "call":
+        return obj(*args[1], **args[2])  # type: ignore[operator]
+    if op == "callmethod":
+        return getattr(obj, args[1])(*args[2], **args[3])
+    if op == "getitem":
+        return _live(obj[args[1]])  # type: ignore[index]
+    if op == "setitem":
+        obj[args[1]] = args[2]  # type: ignore[index]
+        return None
+    if op == "delitem":
+        del obj[args[1]]  # type: ignore[attr-defined]
+        return None
+    if op == "list":
+        return list(obj)  # type: ignore[call-overload]
+    if op in ("copy", "deepcopy"):  # copy.deepcopy(adapter) in the graders: a real copy
+        import copy
+
+        return _ByRef(getattr(copy, op)(obj))
+    if op == "dunder":  # len, contains, eq, lt, bool, repr, str, hash, int, float, ...
+        return getattr(obj, args[1])(*args[2])
+    raise ValueError(f"unknown request {op!r}")
+
+
+def _error_reply(exc: BaseException) -> bytes:
+    mro = [(c.__module__, c.__qualname__) for c in type(exc).__mro__]
+    where = [f"{Path(f.filename).name}:{f.lineno} in {f.name}"
+             for f in traceback.extract_tb(exc.__traceback__)
+             if not f.filename.startswith(str(Path(__file__).parent))][-3:]
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a student's __str__ may raise too
+        text = "(its message could not be printed)"
+    return pickle.dumps(("err", mro, text[:2000], where), protocol=4)
+
+
+def _serve(until_reply: bool = False) -> object:
+    """Answer requests; with ``until_reply``, return (or raise) the grader's answer to the
+    callback just sent."""
+    while True:
+        message = _decode(recv(REQUESTS_FD))
+        kind = message[0]
+        if kind == "req":
+            for handle in message[3]:  # proxies the grader dropped
+                _handles.pop(handle, None)
+        if kind == "ok" and until_reply:
+            return message[1]
+        if kind == "err" and until_reply:
+            raise RuntimeError(f"the grader's callback failed: {message[1]}")
+        if kind != "req":
+            raise ValueError(f"unexpected message {kind!r}")
+        try:
+            reply = _encode(("ok", _handle(message[1], message[2])))
+        except BaseException as exc:  # noqa: BLE001 - the graders judge every failure
+            if isinstance(exc, (KeyboardInterrupt,)) or type(exc) is SystemExit and \
+                    exc.code == "pagedsim-worker-stop":
+                raise
+            try:
+                reply = _error_reply(exc)
+            except Exception:  # noqa: BLE001
+                reply = pickle.dumps(("err", [("builtins", "RuntimeError")],
+                                      "an error that could not be sent", []))
+        send(REPLIES_FD, reply)
+
+
+def block_forbidden(forbidden: tuple[str, ...]) -> None:
+    """Make the forbidden modules unreachable by import and through their packages'
+    re-exports (``getattr(pagedsim, "PagedAllocator")``), after the preloads imported
+    them. pagedsim's own code keeps the references it already holds. A forbidden module of
+    Python's standard library is left to the static check (blocking ``os`` would end
+    this process)."""
+    forbidden = tuple(f for f in forbidden
+                      if f.partition(".")[0] not in sys.stdlib_module_names)
+
+    def hit(name: object) -> bool:
+        return isinstance(name, str) and any(name == f or name.startswith(f + ".")
+                                             for f in forbidden)
+
+    for name in [n for n in sys.modules if hit(n)]:
+        sys.modules[name] = _Forbidden(name)
+    sys.meta_path.insert(0, _Blocker(hit))
+    tops = {f.partition(".")[0] for f in forbidden}
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] not in tops or hit(name) or not hasattr(module, "__path__"):
+            continue
+        for attr, value in list(vars(module).items()):
+            origin = value.__name__ if isinstance(value, types.ModuleType) else getattr(
+                value, "__module__", None)
+            if hit(origin) or hit(f"{name}.{attr}"):
+                setattr(module, attr, _Forbidden(f"{name}.{attr}"))
+
+
+class _Forbidden(types.ModuleType):
+    def __getattr__(self, attr: str) -> object:
+        raise ImportError(f"{self.__name__} is forbidden in this lab")
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        raise ImportError(f"{self.__name__} is forbidden in this lab")
+
+
+class _Blocker:
+    def __init__(self, hit) -> None:
+        self.hit = hit
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if self.hit(name):
+            raise ImportError(f"{name} is forbidden in this lab")
+        return None
+
+
+def main() -> None:
+    global REQUESTS_FD, REPLIES_FD
+    config = json.loads(sys.argv[1])
+    REQUESTS_FD, REPLIES_FD = config["fds"]
+    for name in config["preload"]:
+        torch = sys.modules.get("torch")
+        if name == "triton" and torch is not None and not torch.cuda.is_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")  # as lab 6's adapters do
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    block_forbidden(tuple(config["forbidden"]))
+    from .sandbox import confine
+
+    workdir = Path.cwd().resolve()
+    notes = confine(workdir, config["memory_bytes"], config["cpu_s"], tuple(config["forbidden"]))
+    sys.path.insert(0, str(workdir))
+    send(REPLIES_FD, pickle.dumps(("ready", notes), protocol=4))
+    try:
+        _serve()
+    except OSError:
+        pass  # the grader closed the channel: done
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
