@@ -1,8 +1,8 @@
 """The only coupling between lab 2's graders and your code.
 
 The graders call the functions and the class below, never ``contiguous_lab`` directly.
-If you restructure ``contiguous_lab.py`` (rename things, split a class), change this
-file so that it still answers the same questions; do not change what it returns.
+The grader grades your file alone, with its own copy of this file (changing yours
+changes nothing): keep the names used below; do not change what it returns.
 
 :class:`LabContiguous` presents your allocator to pagedsim's allocator state machine
 (:mod:`pagedsim.testing.allocator_machine`) through the part of pagedsim's allocator
@@ -50,8 +50,9 @@ def arena_used(arena: lab.Arena) -> dict[int, int]:
 # -------------------------------------------------------------------- 2.5 accounting
 def account(capacity_slots: int, regions: Iterable[tuple[int, int, int, int]],
             holes: Iterable[tuple[int, int]], next_need_slots: int | None = None) -> dict:
-    """The five-way account of a pool given as plain data: ``regions`` as ``(start, size,
-    num_tokens, final_len)`` tuples, ``holes`` as ``(start, size)``."""
+    """The slot account of a pool (the six categories but cached, which is 0 here) given
+    as plain data: ``regions`` as ``(start, size, num_tokens, final_len)`` tuples,
+    ``holes`` as ``(start, size)``."""
     acct = lab.account(capacity_slots, [lab.Region(*r) for r in regions], list(holes),
                        next_need_slots)
     return {"token": acct.token, "reserved": acct.reserved, "internal_frag": acct.internal_frag,

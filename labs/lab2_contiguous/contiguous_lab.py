@@ -249,7 +249,8 @@ class ContiguousLab:
             raise ValueError(f"unknown sequence id {seq_id!r}") from None
 
     def account(self, next_need_slots: int | None = None) -> Account:
-        """This pool's five-way account (see :func:`account`)."""
+        """This pool's slot account: the six categories less cached, which is 0 here (see
+        :func:`account`)."""
         return account(self.capacity_slots, self.regions.values(), self.arena.holes,
                        next_need_slots)
 

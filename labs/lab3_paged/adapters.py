@@ -1,8 +1,8 @@
 """The only coupling between lab 3's graders and your code.
 
-The graders call what is below, never ``paged_lab`` directly. If you restructure
-``paged_lab.py`` (rename attributes, split the class), change this file so that it still
-answers the same questions; do not change what it returns.
+The graders call what is below, never ``paged_lab`` directly.
+The grader grades your file alone, with its own copy of this file (changing yours
+changes nothing): keep the names used below; do not change what it returns.
 
 :class:`LabPaged` presents your allocator to pagedsim (its scheduler, simulator,
 accounting and allocator state machine) through pagedsim's allocator interface, with

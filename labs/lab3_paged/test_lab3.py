@@ -209,7 +209,7 @@ def test_can_append_all():
 
 class PagedMachine(ChunkRules, AccountingRules, AllocatorMachine):
     """pagedsim's allocator state machine on your allocator: core rules, chunks, and the
-    five-way account; block size and pool are drawn."""
+    slot account; block size and pool are drawn."""
 
     def make(self, data):
         block_size = data.draw(st.sampled_from([1, 2, 4, 16]), label="block_size")

@@ -1,8 +1,8 @@
 """The only coupling between lab 4's graders and your code.
 
-The graders call what is below, never ``cow_lab`` directly. If you restructure
-``cow_lab.py``, change this file so that it still answers the same questions; do not
-change what it returns.
+The graders call what is below, never ``cow_lab`` directly.
+The grader grades your file alone, with its own copy of this file (changing yours
+changes nothing): keep the names used below; do not change what it returns.
 
 :class:`LabCow` is the wrapper that lets pagedsim's scheduler and simulator (parallel
 sampling, beam search) and pagedsim's allocator state machine drive your allocator: it

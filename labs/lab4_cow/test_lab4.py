@@ -262,7 +262,7 @@ def test_beam_search_through_the_scheduler():
 
 @pytest.mark.lab4_3
 def test_parallel_sampling_load_accounting():
-    """The n = 4 load of task 4.2: every step's five-way account and block counts as with
+    """The n = 4 load of task 4.2: every step's slot account and block counts as with
     pagedsim's PagedAllocator."""
     ours, _ = _run(_alpaca_n4(), adapters.LabCow(128, 16))
     theirs, _ = _alpaca_n4_reference()
@@ -271,7 +271,7 @@ def test_parallel_sampling_load_accounting():
 
 
 class CowAccountingMachine(AccountingRules, CowMachine):
-    """The fork machine, with the five-way account (from your usage()) checked at every
+    """The fork machine, with the slot account (from your usage()) checked at every
     step: the parts partition the pool and token slots count a shared slot once."""
 
     your_usage = True

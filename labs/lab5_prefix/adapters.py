@@ -1,8 +1,8 @@
 """The only coupling between lab 5's graders and your code.
 
-The graders call what is below, never ``prefix_lab`` directly. If you restructure
-``prefix_lab.py`` (rename attributes, split the class), change this file so that it still
-answers the same questions; do not change what it returns.
+The graders call what is below, never ``prefix_lab`` directly.
+The grader grades your file alone, with its own copy of this file (changing yours
+changes nothing): keep the names used below; do not change what it returns.
 
 Token ids are plain ints and prompts plain lists of them; sequence ids are any hashable.
 """
