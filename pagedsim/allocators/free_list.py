@@ -31,9 +31,6 @@ class FreeList:
         #: free list, so a real cache can scrub it.
         self.on_release: Callable[[int, int], None] | None = None
         self.evicted_blocks = 0  # nothing is cached, so nothing is ever evicted
-        #: The next free block (``IndexError`` when none): ``list.pop`` itself, bound once,
-        #: because every 16th decoded token calls it.
-        self.get_new_block = self.free.pop
 
     def get_num_free_blocks(self) -> int:
         """Blocks a new allocation may take."""
@@ -49,6 +46,10 @@ class FreeList:
 
     def describe_free(self) -> str:
         return f"{len(self.free)} free"
+
+    def get_new_block(self) -> int:
+        """The next free block (``IndexError`` when none)."""
+        return self.free.pop()
 
     def get_new_blocks(self, n: int) -> list[int]:
         """``n`` free blocks, in the order ``n`` pops would give them (caller checked room)."""
