@@ -28,6 +28,7 @@ from .allocators.contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .allocators.paged import PagedAllocator
 from .allocators.prefix_cache import PrefixCachingAllocator
 from .allocators.radix import RadixAllocator
+from .allocators.radix_lfu import lfu
 from .allocators.vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator
 from .specs import ModelSpec, get_model
 from .validate import check_int
@@ -182,6 +183,10 @@ register(Scheme(
     "radix", "RadixAttention (SGLang): full pages kept in a radix tree of token content, "
     "lock counts on running paths, least recently used leaves evicted lazily", "paged",
     "blocks", _radix))
+register(Scheme(
+    "radix-lfu", "RadixAttention with SGLang's LFU eviction: the unlocked leaf hit least "
+    "often goes first (then the least recently used)", "paged", "blocks",
+    lambda pool: RadixAllocator(_paged(pool).num_blocks, pool.block_size, eviction=lfu)))
 
 _RESERVATION_WORDS = {
     "max": "max_model_len slots per request",

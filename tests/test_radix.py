@@ -530,3 +530,24 @@ def test_lpm_serves_fcfs_when_more_than_128_wait():
     assert waiting[0] is groups[0] and waiting[-2] is hit
     assert [g.request.request_id for g in waiting] == sorted(
         g.request.request_id for g in waiting)
+
+
+def test_lfu_eviction_keeps_the_prefix_hit_more_often():
+    """radix evicts the least recently used leaf, radix-lfu the least hit one: a system
+    prompt used twice (one hit) outlives a later one-off prompt under LFU only."""
+    def prompt(i: int, piece: int) -> Request:
+        return Request(i, 0.0, 9, 1, prompt_pieces=(piece, piece, 100 + i),
+                       prompt_piece_tokens=4)
+
+    kept = {}
+    for scheme in ("radix", "radix-lfu"):
+        a = make_allocator(scheme, 6 * 4, block_size=4)
+        for i, piece in [(0, 1), (1, 1), (2, 2)]:  # piece 1 twice (a hit), piece 2 once
+            assert a.allocate_group([i], 9, 10, content=prompt(i, piece))
+            a.free(i)
+        other = Request(9, 0.0, 16, 1, prompt_pieces=(7, 8, 9, 10), prompt_piece_tokens=4)
+        assert a.allocate_group([9], 16, 17, content=other)  # 4 blocks: one leaf evicted
+        a.check_invariants()
+        assert a.evicted_blocks == 2
+        kept[scheme] = (a.lookup_prefix(prompt(3, 1), 9, 3), a.lookup_prefix(prompt(4, 2), 9, 4))
+    assert kept == {"radix": (0, 8), "radix-lfu": (8, 0)}
