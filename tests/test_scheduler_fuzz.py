@@ -28,11 +28,14 @@ def _model(head_dim: int) -> ModelSpec:
 
 
 @st.composite
-def requests(draw) -> list[Request]:
+def requests(draw, too_long: bool = False) -> list[Request]:
+    """Up to 8 requests; with ``too_long``, some longer than MAX_MODEL_LEN (issue 22:
+    they must be rejected with that reason, the others unharmed)."""
     out = []
     for i in range(draw(st.integers(1, 8))):
         prompt = draw(st.integers(1, 60))
-        output = draw(st.integers(1, MAX_MODEL_LEN - prompt))
+        longest = 2 * MAX_MODEL_LEN if too_long and draw(st.booleans()) else MAX_MODEL_LEN
+        output = draw(st.integers(1, longest - prompt))
         kind = draw(st.sampled_from(["single", "single", "n", "beam"]))
         width = draw(st.integers(2, 4)) if kind != "single" else 1
         out.append(Request(i, draw(st.sampled_from([0.0, 0.0, 0.01, 0.5])) * i, prompt, output,
@@ -43,7 +46,7 @@ def requests(draw) -> list[Request]:
 
 @given(
     scheme=st.sampled_from(list(SCHEMES)),
-    reqs=requests(),
+    reqs=st.booleans().flatmap(lambda long: st.tuples(st.just(long), requests(long))),
     capacity=st.integers(8, 1200),
     block_size=st.sampled_from([1, 2, 4, 16, 32]),
     head_dim=st.sampled_from([8192, 65536, 262144]),
@@ -58,6 +61,7 @@ def test_every_request_finishes_once_or_is_rejected(
     scheme, reqs, capacity, block_size, head_dim, preemption, cpu_swap_slots, max_num_seqs,
     max_num_batched_tokens, watermark, policy,
 ):
+    limit, reqs = reqs  # limit: the config names max_model_len (some requests exceed it)
     model = _model(head_dim)
     try:
         alloc = make_allocator(scheme, capacity, block_size, MAX_MODEL_LEN, model=model,
@@ -67,7 +71,8 @@ def test_every_request_finishes_once_or_is_rejected(
     config = SchedulerConfig(max_num_seqs=max_num_seqs,
                              max_num_batched_tokens=max_num_batched_tokens,
                              watermark=watermark, preemption=preemption,
-                             cpu_swap_slots=cpu_swap_slots, policy=policy)
+                             cpu_swap_slots=cpu_swap_slots, policy=policy,
+                             max_model_len=MAX_MODEL_LEN if limit else None)
     finished: Counter[int] = Counter()
 
     def check(sched, plan) -> None:
@@ -82,6 +87,8 @@ def test_every_request_finishes_once_or_is_rejected(
     outputs = {row[0]: row[9] for row in result.request_rows}  # request_id -> num_output
     for r in reqs:
         rid = r.request_id
+        if r.final_len > MAX_MODEL_LEN:
+            assert f"more than max_model_len ({MAX_MODEL_LEN})" in reasons.get(rid, ""), rid
         if rid in reasons:
             assert reasons[rid], f"request {rid} rejected without a reason"
             assert finished[rid] == 0, f"request {rid} both finished and rejected"
