@@ -12,9 +12,11 @@ their diffs stay readable: strip them with
 Prediction exercises (``notebooks/predict.py``): a code cell whose metadata holds
 ``exercise`` is a prediction cell (``NAME = None``); the next code cell is its knob cell,
 committed with ``KNOB = ...`` set away from the asked value; the code cell after that is
-its check cell. Every notebook has at least two. The run test writes each exercise's
-stored sample prediction and the asked knob value into the cells before executing, and
-requires each check cell to print the stored verdict (``Verdict: right`` or ``wrong``).
+its check cell. Every notebook has at least two. The run test executes the notebook as
+committed, where every check cell must say that the knob is not set (so "run all" answers
+nothing), and then, on the same kernel, copies of each exercise's three cells with the
+stored sample prediction and the asked knob value written in, whose check cell must print
+the stored verdict (``Verdict: right`` or ``wrong``).
 """
 
 from __future__ import annotations
@@ -96,15 +98,24 @@ def _set_line(cell, name: str, value: str) -> None:
     cell.source = pattern.sub(lambda _: f"{name} = {value}", cell.source)
 
 
-def _apply_samples(nb) -> list[tuple[dict, int]]:
-    """Write each exercise's sample prediction and asked knob value into ``nb``; returns
-    (metadata, check cell) pairs."""
-    checks = []
+def _apply_samples(nb) -> tuple[list[tuple[dict, int]], list[tuple[dict, int]]]:
+    """Append to ``nb``, after its last cell, a copy of every exercise's three cells with the
+    sample prediction and the asked knob value written in, so that one execution runs the
+    notebook as committed (what "run all" shows a student) and then each exercise as a
+    student who predicted the sample would. Returns the (metadata, check cell) pairs of the
+    committed check cells and of the appended ones."""
+    committed, sampled = [], []
     for meta, pred, knob, check in _exercises(nb):
-        _set_line(nb.cells[pred], meta["prediction"], meta["sample"])
-        _set_line(nb.cells[knob], meta["knob"], meta["set"])
-        checks.append((meta, check))
-    return checks
+        committed.append((meta, check))
+        cells = [nbformat.from_dict(nb.cells[i]) for i in (pred, knob, check)]
+        for cell in cells:
+            cell.pop("id", None)  # ids must stay unique: the copies get none
+            cell.metadata = {}
+        _set_line(cells[0], meta["prediction"], meta["sample"])
+        _set_line(cells[1], meta["knob"], meta["set"])
+        nb.cells.extend(cells)
+        sampled.append((meta, len(nb.cells) - 1))
+    return committed, sampled
 
 
 def _output_text(cell) -> str:
@@ -196,11 +207,11 @@ def test_notebook_exercises_are_predictions(path: Path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_runs(path: Path, monkeypatch, record_property):
-    """Executes top to bottom without an error, within MAX_WALL_S seconds, with every
-    exercise's sample prediction and asked knob value written in; each check cell prints
-    the verdict its metadata names."""
+    """Executes top to bottom without an error, within MAX_WALL_S seconds: as committed,
+    every check cell says its knob is not set; then each exercise again with its sample
+    prediction and asked knob value, whose check prints the verdict its metadata names."""
     nb = _read(path)
-    checks = _apply_samples(nb)
+    committed, sampled = _apply_samples(nb)
     start = time.perf_counter()
     try:
         _execute(nb, monkeypatch)
@@ -211,7 +222,12 @@ def test_notebook_runs(path: Path, monkeypatch, record_property):
         _wall_times[path.name] = wall_s
         record_property("wall_time_s", round(wall_s, 2))
     print(f"{path.name}: {wall_s:.1f} s")
-    for meta, check in checks:
+    for meta, check in committed:  # as committed, the check must not answer the question
+        text = _output_text(nb.cells[check])
+        assert "Verdict: knob not set." in text, (
+            f"{path.name} exercise {meta['id']}: as committed, the check cell should say the knob "
+            f"is not set; it printed:\n{text}")
+    for meta, check in sampled:
         text = _output_text(nb.cells[check])
         assert f"Verdict: {meta['verdict']}." in text, (
             f"{path.name} exercise {meta['id']}: with the sample prediction {meta['sample']} and "
