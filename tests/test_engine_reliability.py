@@ -107,16 +107,20 @@ def _all_schemes_allocators(capacity_slots: int, max_model_len: int):
         yield name, make_allocator(name, capacity_slots, 16, max_model_len, model=model)
 
 
-def test_swapped_group_larger_than_the_pool_minus_the_watermark_comes_back():
-    """Was: 'simulation stalled: 0 waiting, 1 swapped, 0 running' (vattention, watermark
-    0.3: the swapped request needs more than 70% of the pool, and nothing runs to free
-    the rest). Now it comes back past the watermark once nothing runs."""
-    alloc = make_allocator("vattention", 2048, 16, 2048, model=get_model("opt-13b"))
+@pytest.mark.parametrize("capacity, reqs", [
+    (2048, [Request(0, 0.0, 99, 1543), Request(1, 0.0, 1207, 341)]),
+    (4096, [Request(0, 0.0, 63, 1346), Request(1, 0.0, 949, 782, n=2)]),  # was step 1350
+])
+def test_swapped_group_larger_than_the_pool_minus_the_watermark_comes_back(capacity, reqs):
+    """Was: 'simulation stalled at step 1350: 0 waiting, 1 swapped, 0 running' (vattention,
+    watermark 0.3: the swapped group needs more than 70% of the pool, and nothing runs to
+    free the rest). Now it comes back past the watermark once nothing runs."""
+    alloc = make_allocator("vattention", capacity, 16, 2048, model=get_model("opt-13b"))
     cfg = SchedulerConfig(watermark=0.3, preemption="swap", cpu_swap_slots=10**6)
-    reqs = [Request(0, 0.0, 99, 1543), Request(1, 0.0, 1207, 341)]
     result = simulate(reqs, alloc, COST, cfg, progress=False)
     assert result.rejections == [] and result.num_swaps_out >= 1
-    assert {row[0]: row[9] for row in result.request_rows} == {0: 1543, 1: 341}
+    assert {row[0]: row[9] for row in result.request_rows} == {r.request_id: r.output_len
+                                                               for r in reqs}
     assert alloc.num_seqs == 0
 
 
