@@ -67,7 +67,18 @@ def test_its_commands_simulate_the_same_experiment(tmp_path: Path) -> None:
 
 def test_a_missing_trace_is_one_line(capsys: pytest.CaptureFixture[str],
                                      tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)])
-    assert exc.value.code == 2
-    assert "no such file" in capsys.readouterr().err
+    assert main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "argument trace:" in err[0] and "No such file" in err[0]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--num-requests", "0"], "--num-requests"),
+    (["--out", "/proc/pagedsim-no-such/x"], "--out"),
+])
+def test_bad_flags_are_one_line_before_the_runs(capsys: pytest.CaptureFixture[str],
+                                                argv: list[str], flag: str) -> None:
+    """Issue 22: --out is checked and created before the runs, not after them."""
+    assert main([SAMPLE, *argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"argument {flag}:" in err[0], err

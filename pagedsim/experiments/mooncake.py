@@ -13,7 +13,6 @@ requests, Apache-2.0; ``tests/data`` holds a 300-line sample).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..cache_replay import replay
+from ..traces import load_trace
 from .runner import Comparison, compare, shares_frame
 from .spec import Experiment
 from .sweeps import REPLAY_ROW, sweep_cache_size
@@ -209,19 +209,31 @@ of their pool holds running requests.
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pagedsim.experiments.mooncake",
-                                description=(__doc__ or "").split("\n\n")[0])
+    from ..cli.base import ArgumentParser, CliError
+    from ..cli.outdir import prepare_out
+    from ..workload import MAX_NUM_REQUESTS
+
+    prog = "python -m pagedsim.experiments.mooncake"
+    p = ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("trace", help="the Mooncake conversation trace (conversation_trace.jsonl)")
     p.add_argument("--out", default="figures/mooncake", help="folder to write "
                    "(default figures/mooncake)")
     p.add_argument("--num-requests", type=int, default=NUM_REQUESTS,
                    help=f"requests from the head of the trace (default {NUM_REQUESTS})")
     p.add_argument("--jobs", type=int, default=-1, help="worker processes (-1: every CPU)")
-    args = p.parse_args(argv)
-    if not os.path.isfile(args.trace):
-        p.error(f"argument trace: no such file: {args.trace!r}")
-    if args.num_requests < 1:
-        p.error(f"argument --num-requests: must be >= 1, got {args.num_requests}")
+    try:  # every error one line, exit 2; the trace and --out checked before the runs
+        args = p.parse_args(argv)
+        if not 1 <= args.num_requests <= MAX_NUM_REQUESTS:
+            raise CliError(f"argument --num-requests: must be from 1 to "
+                           f"{MAX_NUM_REQUESTS:,}, got {args.num_requests:,}")
+        try:
+            load_trace(args.trace, max_requests=args.num_requests)
+        except (ValueError, OSError) as exc:
+            raise CliError(f"argument trace: {' '.join(str(exc).split())}") from None
+        prepare_out(args.out, ("compare_*", "sweep_*", "mooncake_*", "README.md"))
+    except CliError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
     for path in make_mooncake_figures(args.trace, args.out, args.num_requests, args.jobs,
                                       progress=sys.stderr.isatty()):
         print(f"wrote {path}", file=sys.stderr)
