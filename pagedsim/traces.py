@@ -84,7 +84,7 @@ from .trace_rows import (
 )
 from .user_files import LineTooLongError, NotRegularFileError, bounded_lines, open_regular
 from .validate import check_choice, check_int
-from .workload import Request, check_rate_per_s, clip_lengths
+from .workload import MAX_NUM_REQUESTS, Request, check_rate_per_s, clip_lengths
 
 __all__ = ["AUTO_REBASE_FROM_S", "AZURE_COLUMNS", "ON_TOO_LONG", "PAGEDSIM_OPTIONAL",
            "PAGEDSIM_REQUIRED", "Trace", "TraceError", "load_trace", "save_trace"]
@@ -237,7 +237,8 @@ def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
       rebased); ``None`` rebases Azure, and pagedsim files whose first arrival is
       >= :data:`AUTO_REBASE_FROM_S` seconds.
     * ``max_requests``: stop reading once that many requests are kept (rows after
-      them are not read, nor checked).
+      them are not read, nor checked). Without it, a file of more than
+      :data:`pagedsim.workload.MAX_NUM_REQUESTS` requests is an error at the row past it.
 
     Raises :class:`TraceError` (a ``ValueError``) naming file, line, column and value for
     any bad row, and for a directory, a file that is not UTF-8 text, or one without rows.
@@ -403,6 +404,9 @@ def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line
         if max_requests is not None and len(requests) >= max_requests:
             stopped_at = line
             break
+        if len(requests) > MAX_NUM_REQUESTS:  # checked here, before the rest is read
+            raise TraceError(path, line, f"more than {MAX_NUM_REQUESTS:,} requests, the most "
+                             "a run simulates; read the first N with max_requests")
     if num_rows == 0:
         raise TraceError(path, header_line, "no data rows after the header")
     transforms = () if stopped_at is None else (

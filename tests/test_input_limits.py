@@ -239,3 +239,21 @@ def test_worst_inputs_refused_within_10_s_and_1_gb(tmp_path: Path, case: str):
     assert elapsed < 10, f"{elapsed:.1f} s"
     peak_bytes = usage.ru_maxrss * 1024  # kilobytes on Linux
     assert peak_bytes < 1 << 30, f"{peak_bytes / 2**20:.0f} MiB"
+
+
+def test_a_trace_of_more_requests_than_a_run_simulates_is_refused(tmp_path: Path, capsys,
+                                                                    monkeypatch):
+    """Without --num-requests a trace of more than MAX_NUM_REQUESTS rows is refused at the
+    row past it (not read whole into memory); the limit is lowered to 3 here."""
+    import pagedsim.traces as traces_module
+
+    monkeypatch.setattr(traces_module, "MAX_NUM_REQUESTS", 3)
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_len,output_len\n" + "0,5,5\n" * 10)
+    with pytest.raises(TraceError, match="line 5: more than 3 requests"):
+        load_trace(path)
+    assert len(load_trace(path, max_requests=3).requests) == 3
+    line = _one_error(capsys, ["cache-replay", str(path)], "argument TRACE:")
+    assert "read the first N with --num-requests" in line
+    line = _one_error(capsys, TRACE_COMMANDS["compare"](str(path)), "argument --workload:")
+    assert "read the first N with --num-requests" in line

@@ -83,7 +83,9 @@ def run_cache_replay(args: argparse.Namespace) -> int:
         try:
             trace = load_trace(args.trace, max_requests=args.num_requests)
         except (TraceError, OSError) as exc:
-            raise CliError(f"argument TRACE: {' '.join(str(exc).split())}") from None
+            message = " ".join(str(exc).split()).replace("with max_requests",
+                                                          "with --num-requests")
+            raise CliError(f"argument TRACE: {message}") from None
         requests, report = trace.requests, trace.report()
         block_size = 512 if args.block_size is None else args.block_size
     try:

@@ -282,6 +282,7 @@ def experiment_error(exc: Exception, args: argparse.Namespace) -> CliError:
 
 #: Library parameter names in trace errors -> the flags a CLI user types.
 _TRACE_FLAG_NAMES = (("skip_zero_output=True", "--skip-zero-output"),
+                     ("with max_requests", "with --num-requests"),
                      ("pass on_too_long='clip' or 'skip'", "pass --on-too-long clip or skip"))
 
 
