@@ -69,11 +69,13 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         ``watermark`` of the blocks free (cached ones count as free); with a prefix cache
         and ``content``, each sequence's cached prefix comes from the cache. False, and
         nothing changed, when they do not fit."""
-        if len(seq_ids) != 1 or fork_ids or seq_ids[0] in self:
+        regions = self.regions
+        if len(seq_ids) != 1 or fork_ids or seq_ids[0] in self._seqs or regions is not None:
             self._check_new_ids([*seq_ids, *fork_ids])
-        num_tokens = self._check_lengths(num_tokens, final_len)
-        if self.regions is not None and not self.regions.admits(self, seq_ids, fork_ids,
-                                                                num_tokens):
+        if (type(num_tokens) is not int or num_tokens < 0 or final_len is not None
+                and (type(final_len) is not int or final_len < num_tokens)):
+            num_tokens = self._check_lengths(num_tokens, final_len)  # raises or converts
+        if regions is not None and not regions.admits(self, seq_ids, fork_ids, num_tokens):
             return False
         bs, cache = self.block_size, self.cache
         n = -(-num_tokens // bs)
@@ -81,9 +83,10 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             plans, need = cache.plan(self, seq_ids, num_tokens, content)
         else:
             plans, need = None, n * len(seq_ids)
-        if self.regions is not None:
+        if regions is not None:
             need += n * len(fork_ids)  # rooms held for the forks, which copy
-        if self.pool.get_num_free_blocks() - need < self.watermark_blocks(watermark):
+        keep = self.watermark_blocks(watermark) if watermark else 0
+        if self.pool.get_num_free_blocks() - need < keep:
             return False
         if plans is not None:
             cache.admit(self, seq_ids, num_tokens, final_len, content, plans)
@@ -93,8 +96,8 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             if num_tokens % bs:
                 self._set_room(seq)
         self._num_logical_blocks += n * len(seq_ids)
-        if fork_ids and self.regions is not None:
-            self.regions.hold(self, fork_ids, n, final_len)
+        if fork_ids and regions is not None:
+            regions.hold(self, fork_ids, n, final_len)
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
@@ -240,9 +243,11 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         return u if regions is None else regions.usage(self, u)
 
     # ---------------------------------------------------------------- helpers
-    def _take(self, n: int) -> list[int]:
-        """``n`` blocks from the pool (room checked), each with one reference."""
-        blocks = self.pool.get_new_blocks(n)
+    def _take(self, n: int, new_hashes: list[int] | tuple = ()) -> list[int]:
+        """``n`` blocks from the pool (room checked), each with one reference; a caching
+        pool names the first ``len(new_hashes)`` by those hashes."""
+        blocks = self.pool.get_new_blocks(n, new_hashes) if new_hashes else \
+            self.pool.get_new_blocks(n)
         ref = self._ref
         for b in blocks:
             ref[b] = 1
@@ -269,6 +274,20 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             room = min(room, self.regions.max_model_len - n)
         seq.room = room
         seq.next_slot = seq.table[-1] * bs + offset
+
+    def _hold_blocks(self, blocks: list[int]) -> None:
+        """One more reference to each of ``blocks`` (:meth:`_hold_block`, in one loop)."""
+        ref, unheld, shared = self._ref, [], 0
+        for b in blocks:
+            r = ref[b]
+            if r == 0:
+                unheld.append(b)
+            elif r == 1:
+                shared += 1
+            ref[b] = r + 1
+        self._num_shared_blocks += shared
+        if unheld:
+            self.pool.touch_blocks(unheld)
 
     def _hold_block(self, b: int) -> None:
         """One more reference to block ``b`` (a hit, a sibling's block, a fork)."""

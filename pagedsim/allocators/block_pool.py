@@ -63,14 +63,17 @@ class BlockPool:
             raise IndexError("the free queue is empty")
         return self.get_new_blocks(1)[0]
 
-    def get_new_blocks(self, n: int) -> list[int]:
+    def get_new_blocks(self, n: int, new_hashes: list[int] | tuple = ()) -> list[int]:
         """``n`` blocks from the head of the free queue (caller checked room), evicting
-        the cached ones among them (reported to ``on_release``)."""
+        the cached ones among them (reported to ``on_release``); the first
+        ``len(new_hashes)`` are named by those hashes as they are taken (an admission's
+        new full blocks: one pass instead of two on the simulator's hot path)."""
         popitem, names, hook = self.free.popitem, self.hashes, self.on_release
         bs, cached, dups = self.block_size, self.cached, self.dups
         out = []
         evicted = 0
-        for _ in range(n):
+        num_named = len(new_hashes)
+        for j in range(n):
             b = popitem(last=False)[0]
             h = names[b]
             if h is not None:  # evict it (the common case of forget, inlined)
@@ -82,6 +85,11 @@ class BlockPool:
                 evicted += 1
                 if hook is not None:
                     hook(b * bs, bs)
+            if j < num_named:  # cache_block, inlined
+                h = new_hashes[j]
+                names[b] = h
+                if cached.setdefault(h, b) != b:
+                    dups.setdefault(h, []).append(b)
             out.append(b)
         self.num_cached_blocks -= evicted
         self.evicted_blocks += evicted
@@ -105,6 +113,15 @@ class BlockPool:
         del self.free[block]
         if self.hashes[block] is not None:
             self.num_cached_blocks -= 1
+
+    def touch_blocks(self, blocks: list[int]) -> None:
+        """:meth:`touch` of each of ``blocks`` (an admission's hits), in one loop."""
+        free, names, cached = self.free, self.hashes, 0
+        for b in blocks:
+            del free[b]
+            if names[b] is not None:
+                cached += 1
+        self.num_cached_blocks -= cached
 
     # ---------------------------------------------------------------- names
     def get_cached_block(self, h: int) -> int | None:

@@ -75,6 +75,8 @@ class FreeList:
     def touch(self, block: int) -> None:  # pragma: no cover - nothing is cached here
         raise AssertionError("a free list caches nothing, so nothing is ever hit")
 
+    touch_blocks = touch
+
     def snapshot(self, snap: dict) -> None:
         """Add the free list, next taken last, to a manager's snapshot."""
         snap["free_blocks"] = list(self.free)

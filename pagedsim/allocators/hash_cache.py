@@ -46,9 +46,9 @@ class HashCache:
         if not most or not pool.cached:
             return 0
         # The whole chain the admission will want, so that it is hashed once.
-        k = 0
+        k, cached = 0, pool.cached  # the pool's map, read directly: the hot path
         for h in self.chains.chain(content, branch_of(seq_id), num_tokens // bs)[:most]:
-            if pool.get_cached_block(h) is None:
+            if h not in cached:
                 break
             k += 1
         return k * bs
@@ -56,7 +56,7 @@ class HashCache:
     def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: object):
         """Per sequence (its hit blocks, its hit count with siblings', its chain), and the
         blocks that would leave the free queue; changes nothing but the hash memo."""
-        bs, get, ref = self.block_size, self.pool.get_cached_block, mgr._ref
+        bs, get, ref = self.block_size, self.pool.cached.get, mgr._ref
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
         plans, from_queue, touched, earlier = [], 0, set(), set()
         for seq_id in seq_ids:
@@ -68,6 +68,9 @@ class HashCache:
                     break
                 hit.append(b)
             k = len(hit)
+            if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
+                plans.append((hit, k, chain))
+                return plans, n - k + sum(1 for b in hit if not ref[b])
             while k < most and chain[k] in earlier:  # an earlier sibling fills it
                 k += 1
             for b in hit:
@@ -86,8 +89,17 @@ class HashCache:
         bs, pool = self.block_size, self.pool
         n = -(-num_tokens // bs)
         for hit, _, _ in plans:  # hits leave the free queue first: no new block evicts one
-            for b in hit:
-                mgr._hold_block(b)
+            mgr._hold_blocks(hit)
+        if len(seq_ids) == 1:  # the hot path: no siblings; new blocks named as taken
+            hit, k, chain = plans[0]
+            table = hit + mgr._take(n - k, chain[k:])
+            seq = mgr._seqs[seq_ids[0]] = Seq(table, num_tokens, final_len, content,
+                                              branch_of(seq_ids[0]), list(chain), k * bs)
+            if num_tokens % bs:
+                mgr._set_room(seq)
+            mgr._num_logical_blocks += n
+            return
+        names, cached, dups = pool.hashes, pool.cached, pool.dups
         siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
         for seq_id, (hit, k, chain) in zip(seq_ids, plans, strict=True):
             table = list(hit)
@@ -101,7 +113,10 @@ class HashCache:
             if num_tokens % bs:
                 mgr._set_room(seq)
             for j in range(k, len(chain)):  # name the full blocks this sequence fills
-                pool.cache_block(table[j], chain[j])
+                b, h = table[j], chain[j]  # (BlockPool.cache_block, inlined: the hot path)
+                names[b] = h
+                if cached.setdefault(h, b) != b:
+                    dups.setdefault(h, []).append(b)
             if len(seq_ids) > 1:
                 siblings.update(zip(chain, table[:len(chain)], strict=True))
         mgr._num_logical_blocks += n * len(seq_ids)

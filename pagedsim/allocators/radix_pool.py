@@ -96,6 +96,9 @@ class RadixPool:
     def touch(self, block: int) -> None:
         """A cached page is held again: its node's lock keeps it from eviction already."""
 
+    def touch_blocks(self, blocks: list[int]) -> None:
+        """:meth:`touch` of each of ``blocks``: nothing to do."""
+
     # -------------------------------------------------------------- pictures
     def snapshot(self, snap: dict) -> None:
         """Add the free list (next taken last) and the cached blocks."""
