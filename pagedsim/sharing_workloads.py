@@ -148,6 +148,7 @@ class SystemPromptConfig:
                                         self.max_model_len, self.n, self.beam_width)
         check_int("groups", self.groups, minimum=1)
         check_int("per_group", self.per_group, minimum=1)
+        check_num_requests(self.groups * self.per_group, "groups x per_group")
         check_int("system_tokens", self.system_tokens, minimum=1)
         self.user_len_range = _check_range("user_len_range", self.user_len_range)
         self.output_len_range = _check_range("output_len_range", self.output_len_range)
@@ -178,6 +179,7 @@ class MultiTurnConfig:
                                         self.max_model_len, self.n, self.beam_width)
         check_int("conversations", self.conversations, minimum=1)
         check_int("turns", self.turns, minimum=1)
+        check_num_requests(self.conversations * self.turns, "conversations x turns")
         self.message_len_range = _check_range("message_len_range", self.message_len_range)
         self.output_len_range = _check_range("output_len_range", self.output_len_range)
         _check_fits("multi-turn", self.turns * (self.message_len_range[1]

@@ -204,3 +204,15 @@ def test_readme_quotes_the_hit_rates_this_code_computes() -> None:
     computed = [round(100 * replay(sharing_workload(n, 2000, seed=0), 16).hit_rate, 1)
                 for n in ("system-prompt", "multi-turn", "few-shot")]
     assert [float(x) for x in quoted.groups()] == computed
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda: SystemPromptConfig(groups=10**6, per_group=10**6), "groups x per_group"),
+    (lambda: MultiTurnConfig(conversations=10**7, turns=4), "conversations x turns"),
+    (lambda: FewShotConfig(num_requests=2**53), "num_requests"),
+])
+def test_more_requests_than_a_run_simulates_is_refused_before_allocating(make, needle):
+    """Issue 22: a config of 10**12 requests would ask numpy for terabytes; it is refused
+    with the 10M limit compare, sweep and cache-replay share."""
+    with pytest.raises(ValueError, match=f"{needle} must be <= 10,000,000"):
+        make()

@@ -211,3 +211,14 @@ def test_summary_of_a_small_known_workload() -> None:
     assert math.isnan(summarize_workload(requests[:1])["mean_interarrival_s"])
     with pytest.raises(ValueError):
         summarize_workload([])
+
+
+def test_workload_config_refuses_more_requests_than_a_run_simulates():
+    """Issue 22: 2**53 requests asked numpy for 64 PiB before any check."""
+    from pagedsim.workload import MAX_NUM_REQUESTS, MIN_RATE_PER_S, WorkloadConfig
+
+    with pytest.raises(ValueError, match="num_requests must be <= 10,000,000"):
+        WorkloadConfig(num_requests=2**53)
+    with pytest.raises(ValueError, match=r"rate_per_s must be >= 1e-06 requests/s"):
+        WorkloadConfig(rate_per_s=5e-324)
+    assert WorkloadConfig(num_requests=MAX_NUM_REQUESTS, rate_per_s=MIN_RATE_PER_S)
