@@ -32,7 +32,11 @@ Rules for both: the file must be UTF-8 text (an Excel BOM is fine); numbers are 
 ASCII (``1_000``, ``١٠``, ``nan`` are errors; ASCII spaces and tabs around a CSV field
 are ignored: :mod:`pagedsim.trace_rows` has the exact rules); arrivals must not
 decrease from one row to the next; blank lines are skipped; a file with no data row is
-an error. Anything bad raises :class:`TraceError` (a ``ValueError``) whose one-line
+an error. Limits, so that no file can hang a command or exhaust memory
+(:mod:`pagedsim.user_files`): only regular files are read (a FIFO, device or directory
+is refused at once), a line may hold at most 1 MiB, a JSON line may nest at most 8 deep
+and name each key once, and a file may hold at most 10 million requests (more need
+``max_requests``). Anything bad raises :class:`TraceError` (a ``ValueError``) whose one-line
 message names the file, the line number, the column and the bad value (long values
 shortened). Requests get ids 0, 1, ... in file order (after skipping).
 
