@@ -49,12 +49,14 @@ def open_regular(path: str, binary: bool = False) -> IO:
     """Open ``path`` for reading (UTF-8 text with an optional BOM, newlines kept as
     written; or bytes): raises :class:`NotRegularFileError` at once for anything but a
     regular file, ``OSError`` if it cannot be opened."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    nonblock = getattr(os, "O_NONBLOCK", 0)  # POSIX; Windows has no FIFOs to wait on
+    fd = os.open(path, os.O_RDONLY | nonblock)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise NotRegularFileError(path, file_kind(mode))
-        os.set_blocking(fd, True)
+        if nonblock:
+            os.set_blocking(fd, True)
         if binary:
             return open(fd, "rb")
         return open(fd, encoding="utf-8-sig", newline="")  # -sig: drop an Excel BOM
