@@ -403,7 +403,8 @@ def run_compare(args: argparse.Namespace) -> int:
     from ..experiments import compare, compare_table, json_rows, write_compare
 
     if args.max_step_rows < 0:
-        raise ValueError(f"--max-step-rows must be >= 0, got {args.max_step_rows}")
+        raise CliError(f"argument --max-step-rows: must be >= 0 (0 = every step), "
+                       f"got {args.max_step_rows}")
     schemes = _check_schemes(args.schemes)
     exp = experiment(args)
     report = check_trace(exp)
