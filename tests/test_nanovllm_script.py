@@ -42,3 +42,15 @@ def test_report_counts_the_steps_where_ours_uses_more(script: ModuleType) -> Non
     text = script.report(used, 10, 2, 16)
     assert "3 steps" in text and "more blocks than nano-vllm: 1 of 3" in text
     assert "peak 1.167x, mean 0.933x" in text
+
+
+def test_the_speed_script_refuses_a_folder_without_nanovllm(tmp_path: Path) -> None:
+    path = SCRIPT.parent / "nanovllm_speed.py"
+    spec = importlib.util.spec_from_file_location("nanovllm_speed", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit, match="holds no nanovllm/engine/block_manager.py"):
+        module.main([str(tmp_path), "--ops", "1000"])
+    with pytest.raises(SystemExit):  # argparse: one line and exit 2
+        module.main([str(tmp_path), "--ops", "5"])
