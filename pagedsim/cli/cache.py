@@ -55,6 +55,30 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_cache_replay)
 
 
+#: Requests drawn to estimate a synthetic workload's blocks per request.
+_SAMPLE_REQUESTS = 2000
+
+
+def _check_estimated_size(name: str, count: int, seed: int, block_size: int) -> None:
+    """Refuse a synthetic replay whose blocks, estimated from its first requests, are
+    well past :data:`~pagedsim.cache_replay.MAX_REPLAY_BLOCKS`, before generating them all
+    (4 million few-shot requests take about 2 GB). The exact count is checked after."""
+    from ..cache_replay import MAX_REPLAY_BLOCKS
+    from ..experiments.spec import DEFAULT_RATE
+    from ..sharing_workloads import sharing_workload
+
+    if count <= _SAMPLE_REQUESTS:
+        return
+    sample = sharing_workload(name, _SAMPLE_REQUESTS, DEFAULT_RATE, seed)
+    per_request = sum(-(-r.prompt_len // block_size) for r in sample) / len(sample)
+    if per_request * count > 1.05 * MAX_REPLAY_BLOCKS:
+        raise CliError(
+            f"argument --num-requests / --block-size: {count:,} {name} requests make about "
+            f"{per_request * count:,.0f} blocks of {block_size} tokens (estimated from the "
+            f"first {_SAMPLE_REQUESTS:,}), more than the {MAX_REPLAY_BLOCKS:,} a replay keeps "
+            "in memory: replay fewer requests or larger blocks")
+
+
 def run_cache_replay(args: argparse.Namespace) -> int:
     from ..cache_replay import check_replay_size, replay
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
@@ -71,10 +95,11 @@ def run_cache_replay(args: argparse.Namespace) -> int:
         if args.seed < 0:
             raise CliError(f"argument --seed: must be >= 0, got {args.seed}")
         count = DEFAULT_NUM_REQUESTS if args.num_requests is None else args.num_requests
+        block_size = 16 if args.block_size is None else args.block_size
+        _check_estimated_size(args.trace, count, args.seed, block_size)
         requests = sharing_workload(args.trace, count, DEFAULT_RATE, args.seed)
         report = (f"{args.trace}: {len(requests):,} synthetic requests (seed {args.seed}), "
                   f"{sum(r.prompt_len for r in requests):,} prompt tokens")
-        block_size = 16 if args.block_size is None else args.block_size
     else:
         if not os.path.lexists(args.trace):
             raise CliError(f"argument TRACE: {args.trace!r} is neither a trace file nor one "
