@@ -260,3 +260,16 @@ def test_a_trace_of_more_requests_than_a_run_simulates_is_refused(tmp_path: Path
     assert "read the first N with --num-requests" in line
     line = _one_error(capsys, TRACE_COMMANDS["compare"](str(path)), "argument --workload:")
     assert "read the first N with --num-requests" in line
+
+
+def test_cache_replay_stops_reading_a_trace_past_the_block_limit(tmp_path: Path, capsys,
+                                                                 monkeypatch):
+    """Each prompt takes a block: a trace with more requests than the replay keeps blocks
+    is refused after reading that many rows (the limit is lowered to 3 here)."""
+    import pagedsim.cache_replay as replay_module
+
+    monkeypatch.setattr(replay_module, "MAX_REPLAY_BLOCKS", 3)
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_len,output_len\n" + "0,5,5\n" * 10)
+    _one_error(capsys, ["cache-replay", str(path)], "argument TRACE: more than 3 requests")
+    assert main(["cache-replay", str(path), "--num-requests", "3", "--json"]) == 0

@@ -80,7 +80,7 @@ def _check_estimated_size(name: str, count: int, seed: int, block_size: int) -> 
 
 
 def run_cache_replay(args: argparse.Namespace) -> int:
-    from ..cache_replay import check_replay_size, replay
+    from ..cache_replay import MAX_REPLAY_BLOCKS, check_replay_size, replay
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
     from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
     from ..traces import TraceError, load_trace
@@ -106,11 +106,18 @@ def run_cache_replay(args: argparse.Namespace) -> int:
                            f"of the synthetic workloads {', '.join(SHARING_WORKLOAD_NAMES)} "
                            "(sharegpt and alpaca prompts share nothing: their hit rate is 0)")
         try:
-            trace = load_trace(args.trace, max_requests=args.num_requests)
+            # Every prompt takes a block at least: a trace past the block limit in
+            # requests is refused after reading that many rows, not all of them.
+            most = args.num_requests or MAX_REPLAY_BLOCKS + 1
+            trace = load_trace(args.trace, max_requests=most)
         except (TraceError, OSError) as exc:
             message = " ".join(str(exc).split()).replace("with max_requests",
                                                           "with --num-requests")
             raise CliError(f"argument TRACE: {message}") from None
+        if len(trace.requests) > MAX_REPLAY_BLOCKS:
+            raise CliError(f"argument TRACE: more than {MAX_REPLAY_BLOCKS:,} requests, hence "
+                           f"blocks, the most a replay keeps in memory; replay the first N "
+                           "with --num-requests")
         requests, report = trace.requests, trace.report()
         block_size = 512 if args.block_size is None else args.block_size
     try:
