@@ -255,75 +255,42 @@ def test_autograder_zip_holds_the_release_only(lab, released: Path, tmp_path: Pa
 @pytest.mark.skipif(not (ROOT / "labs" / "lab1_budget").is_dir(), reason="lab 1 missing")
 def test_run_autograder_grades_a_submission(tmp_path: Path) -> None:
     """run_autograder with $AUTOGRADER_ROOT at a temporary folder: a submission nested in a
-    folder, holding lab 1's reference, gets full marks; an empty one scores 0."""
+    folder, holding lab 1's reference, gets full marks; an empty one scores 0 and says what
+    the upload held; the released starter with two cheats (every record rewritten as
+    passed; results.json itself written) scores 0."""
+    from test_grader_cheats import CHEATS
+
     out = build_autograder(1, tmp_path / "ag.zip", labs_dir=ROOT / "labs")
     root = tmp_path / "autograder"
     with zipfile.ZipFile(out) as zf:
         zf.extractall(root / "source")
     lab = next(lab for lab in LABS if lab.id == 1)
+    starter = stripped_files(lab)["budget_lab.py"]
+    forge_results = (f"\nopen({str(root / 'results' / 'results.json')!r}, 'w').write("
+                     "'{\"score\": 100}')\n")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable}
-    scores = []
-    for with_files in (True, False):
+    scores, outputs = [], []
+    for files in ("reference", "none", "cheats"):
         submission = root / "submission" / "my_lab"
         shutil.rmtree(root / "submission", ignore_errors=True)
         submission.mkdir(parents=True)
-        if with_files:
+        if files == "reference":
             for name in lab.student_files:
                 shutil.copyfile(lab.path / name, submission / name)
+        elif files == "none":
+            (submission / "budget_lab (1).py").write_text(starter)
+        else:
+            (submission / "budget_lab.py").write_text(
+                starter + CHEATS["plugin-write-wrapped"] + forge_results)
         proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         results = json.loads((root / "results" / "results.json").read_text())
         scores.append(results["score"])
-    assert scores == [lab.max_score, 0]
-
-
-def _reachable(host: str) -> bool:
-    import socket
-
-    try:
-        socket.create_connection((host, 443), timeout=3).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.skipif(not (ROOT / "labs" / "lab1_budget").is_dir(), reason="lab 1 missing")
-def test_setup_sh_builds_a_venv_that_grades(tmp_path: Path) -> None:
-    """setup.sh in a temporary layout standing in for /autograder (source, submission,
-    results), with the Python this one was made from (no package of the project's in
-    it): it makes $ROOT/venv, installs pagedsim and the graders' needs there, and
-    run_autograder, with that venv's Python, gives lab 1's reference full marks."""
-    if not (_reachable("pypi.org") and _reachable("files.pythonhosted.org")):
-        pytest.skip("setup.sh installs from PyPI, which this machine cannot reach")
-    out = build_autograder(1, tmp_path / "ag.zip", labs_dir=ROOT / "labs")
-    root = tmp_path / "autograder"
-    with zipfile.ZipFile(out) as zf:
-        zf.extractall(root / "source")
-    base = getattr(sys, "_base_executable", sys.executable)
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(tmp_path)),
-           "AUTOGRADER_ROOT": str(root), "PYTHON": base}
-    proc = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    python = root / "venv" / "bin" / "python"
-    assert python.is_file()
-    check = subprocess.run([str(python), "-c", "import pagedsim, pytest, hypothesis; "
-                            "print(pagedsim.__file__)"], capture_output=True, text=True,
-                           timeout=120)
-    assert check.returncode == 0 and str(root / "venv") in check.stdout, check.stderr
-    lab = next(lab for lab in LABS if lab.id == 1)
-    submission = root / "submission"
-    submission.mkdir()
-    for name in lab.student_files:
-        shutil.copyfile(lab.path / name, submission / name)
-    env.pop("PYTHON")  # run_autograder's default: setup.sh's venv
-    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    results = json.loads((root / "results" / "results.json").read_text())
-    assert results["score"] == lab.max_score, results
+        outputs.append(results["output"])
+    assert scores == [lab.max_score, 0, 0], outputs
+    assert "your upload holds: my_lab/budget_lab (1).py" in outputs[1]
+    assert "rename 'budget_lab (1).py' to 'budget_lab.py'" in outputs[1]
 
 
 def test_known_requirements_match_pyproject() -> None:

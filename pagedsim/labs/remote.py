@@ -31,6 +31,7 @@ import threading
 import types
 from pathlib import Path
 
+from .live import LIVE, LiveMixin
 from .wire import TENSOR_DTYPES, WireError, recv, safe_loads, send
 
 #: Bytes of the student's printed output kept (the rest is counted, then dropped).
@@ -191,8 +192,8 @@ class Worker:
             return RemoteMethod(self, tag[1], tag[2])
         if kind == "cb" and len(tag) == 2 and tag[1] in self._callbacks:
             return self._callbacks[tag[1]]
-        if kind == "L" and len(tag) == 3 and type(tag[1]) is int and type(tag[2]) in _LIVE:
-            return _LIVE[type(tag[2])](Remote(self, tag[1], type(tag[2]).__name__), tag[2])
+        if kind == "L" and len(tag) == 3 and type(tag[1]) is int and type(tag[2]) in LIVE:
+            return LIVE[type(tag[2])](Remote(self, tag[1], type(tag[2]).__name__), tag[2])
         if kind == "v" and len(tag) == 2 and type(tag[1]) in (int, float, str, bytes):
             return tag[1]
         if kind == "T" and len(tag) == 5:
@@ -307,7 +308,7 @@ class Remote:
         value = self._ask("getattr", name)
         if isinstance(value, RemoteMethod):
             worker.methods.add((self._type, name))
-        elif isinstance(value, _LiveMixin):
+        elif isinstance(value, LiveMixin):
             worker.reads[(self._id, name)] = value
         else:
             worker.reads.clear()  # a property ran the student's code
@@ -380,56 +381,6 @@ def _no_truth(self: Remote) -> bool:
 Remote.__eq__ = _equal  # type: ignore[method-assign,assignment]
 Remote.__ne__ = lambda self, other: not _equal(self, other)  # type: ignore[method-assign]
 Remote.__bool__ = _no_truth  # type: ignore[attr-defined]
-
-
-class _LiveMixin:
-    """A copy of a worker's list, dict or set, read here; writes change both."""
-
-    _remote: Remote
-
-    def _write(self, name: str, *args: object) -> object:
-        self._remote._ask("callmethod", name, args, {})
-        return getattr(super(), name)(*args)  # type: ignore[misc]
-
-    def __reduce_ex__(self, protocol: object) -> tuple:
-        # A copy (copy.deepcopy, pickle) is a plain container: the values, not the link.
-        plain = next(t for t in (list, dict, set) if isinstance(self, t))
-        return (plain, (plain(self),))  # type: ignore[call-overload]
-
-
-def _writer(name: str):
-    def method(self: _LiveMixin, *args: object) -> object:
-        return self._write(name, *args)
-    method.__name__ = name
-    return method
-
-
-class LiveList(_LiveMixin, list):
-    def __init__(self, remote: Remote, value: list) -> None:
-        super().__init__(value)
-        self._remote = remote
-
-
-class LiveDict(_LiveMixin, dict):
-    def __init__(self, remote: Remote, value: dict) -> None:
-        super().__init__(value)
-        self._remote = remote
-
-
-class LiveSet(_LiveMixin, set):
-    def __init__(self, remote: Remote, value: set) -> None:
-        super().__init__(value)
-        self._remote = remote
-
-
-for _cls, _names in ((LiveList, ("__setitem__", "__delitem__", "append", "extend", "insert",
-                                 "pop", "remove", "clear", "sort", "reverse")),
-                     (LiveDict, ("__setitem__", "__delitem__", "pop", "popitem", "clear",
-                                 "update", "setdefault")),
-                     (LiveSet, ("add", "discard", "remove", "pop", "clear", "update"))):
-    for _name in _names:
-        setattr(_cls, _name, _writer(_name))
-_LIVE = {list: LiveList, dict: LiveDict, set: LiveSet}
 
 
 class RemoteMethod:

@@ -126,7 +126,7 @@ def _landlock(workdir: Path, forbidden: tuple[str, ...]) -> str:
         return f"Landlock: ruleset refused (errno {ctypes.get_errno()}), not applied"
     try:
         for path, access in _rules(workdir, forbidden, fs):
-            _add_rule(libc, ruleset, path, access)
+            _add_rule(libc, ruleset, path, access & fs)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or libc.syscall(
                 _SYS_RESTRICT, ruleset, ctypes.c_uint32(0)) != 0:
             return f"Landlock: not applied (errno {ctypes.get_errno()})"
@@ -158,12 +158,13 @@ def _rules(workdir: Path, forbidden: tuple[str, ...], fs: int) -> list[tuple[Pat
     rules: list[tuple[Path, int]] = [(workdir, fs)]
     rules += [(Path(p), _READ_DIR) for p in ("/usr", "/lib", "/lib64", "/etc")]
     rules += [(Path("/dev/null"), _READ_FILE | _WRITE_FILE), (Path("/dev/urandom"), _READ_FILE)]
+    # A GPU (lab 6 on a CUDA machine): its device files, with ioctl, and the driver's info.
+    rules += [(p, _READ_FILE | _WRITE_FILE | (1 << 15)) for p in sorted(Path("/dev").glob(
+        "nvidia*"))]
+    rules += [(Path(p), _READ_DIR) for p in ("/proc/driver/nvidia", "/sys")]
     # torch asks for the CPUs' description when it first runs an operation.
-    rules += [(Path(p), _READ_DIR) for p in ("/proc/cpuinfo", "/proc/meminfo",
-                                              "/sys/devices/system/cpu")]
-    import pagedsim
-
-    package = Path(pagedsim.__file__).resolve().parent
+    rules += [(Path(p), _READ_DIR) for p in ("/proc/cpuinfo", "/proc/meminfo")]
+    package = Path(__file__).resolve().parents[1]  # pagedsim/ (without importing it)
     for entry in sys.path:
         folder = Path(entry or ".").resolve()
         if not folder.is_dir() or folder == workdir or folder in package.parents[1:]:

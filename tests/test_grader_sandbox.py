@@ -1,0 +1,114 @@
+"""What the worker that runs a student's code may do once confined (pagedsim.labs.sandbox).
+
+:func:`confine` runs in a fresh process (it cannot be undone), loaded from its file alone,
+so that a Python without the project's packages can run it: as root with the system
+Python, the process must become ``nobody``. Each check is skipped, saying why, where the
+machine lacks what it needs (Linux, Landlock, root, a user ``nobody``, a Python every user
+can read).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SANDBOX = ROOT / "pagedsim" / "labs" / "sandbox.py"
+REFERENCE = ROOT / "labs" / "lab1_budget" / "budget_lab.py"
+FORBIDDEN = ROOT / "pagedsim" / "budget.py"
+
+# Run in the confined process: confine, then try what a cheat would; print what happened.
+_PROBE = r'''
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
+sandbox = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sandbox)
+work, private, reference, forbidden, allowed = sys.argv[2:7]
+notes = sandbox.confine(__import__("pathlib").Path(work), 2**30, 60, ("pagedsim.budget",))
+seen = {"notes": notes, "uid": os.getuid()}
+def attempt(name, action):
+    try:
+        action()
+        seen[name] = "ok"
+    except OSError as exc:
+        seen[name] = type(exc).__name__
+attempt("write_own", lambda: open(os.path.join(work, "mine.txt"), "w").write("x"))
+attempt("write_private", lambda: open(os.path.join(private, "results.jsonl"), "a").write("x"))
+attempt("read_reference", lambda: open(reference).read())
+attempt("read_forbidden", lambda: open(forbidden).read())
+attempt("read_allowed", lambda: open(allowed).read())
+attempt("signal_parent", lambda: os.kill(os.getppid(), 0))
+print(json.dumps(seen))
+'''
+
+
+def _probe(python: str, tmp_path: Path) -> dict:
+    work = tmp_path / "work"
+    private = tmp_path / "private"
+    work.mkdir()
+    private.mkdir(mode=0o700)
+    proc = subprocess.run(
+        [python, "-c", _PROBE, str(SANDBOX), str(work), str(private), str(REFERENCE),
+         str(FORBIDDEN), str(ROOT / "pagedsim" / "units.py")],
+        capture_output=True, text=True, timeout=120, cwd=work,
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _landlock(notes: list[str]) -> bool:
+    return any(n.startswith("Landlock ABI") for n in notes)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_landlock_keeps_the_worker_to_its_folder(tmp_path: Path) -> None:
+    seen = _probe(sys.executable, tmp_path)
+    if not _landlock(seen["notes"]):
+        pytest.skip(f"Landlock not applied here: {seen['notes']}")
+    assert seen["write_own"] == "ok" and seen["read_allowed"] == "ok", seen
+    assert seen["write_private"] == "PermissionError", seen
+    assert seen["read_reference"] == "PermissionError", seen  # labs/: the reference
+    assert seen["read_forbidden"] == "PermissionError", seen  # pagedsim/budget.py
+    if "no signals out" in " ".join(seen["notes"]):
+        assert seen["signal_parent"] == "PermissionError", seen
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_as_root_the_worker_becomes_nobody(tmp_path: Path) -> None:
+    """With a Python every user can read (the system's), the confined process runs as
+    nobody and cannot write a folder only root may (where the results are)."""
+    import pwd
+
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody")
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    if python is None:
+        pytest.skip("no system python3 in /usr/bin")
+    base = Path(tempfile.mkdtemp(prefix="pagedsim-sandbox-"))  # pytest's is root-only
+    try:
+        base.chmod(0o755)
+        seen = _probe(python, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert seen["uid"] == nobody.pw_uid, seen
+    assert any("runs as the unprivileged user nobody" in n for n in seen["notes"]), seen
+    assert seen["write_own"] == "ok" and seen["write_private"] == "PermissionError", seen
+
+
+def test_without_root_no_user_switch_is_tried(tmp_path: Path) -> None:
+    """The note says why there was no switch (here: not root, or Python unreadable)."""
+    seen = _probe(sys.executable, tmp_path)
+    notes = " ".join(seen["notes"])
+    if os.geteuid() != 0:
+        assert "not run as root" in notes and seen["uid"] == os.getuid()
+    else:
+        assert "runs as the unprivileged user" in notes or "stays root" in notes
