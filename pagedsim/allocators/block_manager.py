@@ -1,36 +1,40 @@
-"""The block-table manager: PagedAttention's bookkeeping, written once for every pool.
+"""The block-table manager: PagedAttention's bookkeeping, written once for every scheme.
 
 A sequence owns a *block table*: its i-th token lives in slot ``table[i // block_size] *
 block_size + i % block_size``. Blocks carry *reference counts*; ``fork`` gives a child its
 parent's blocks (counts + 1, nothing copied) and a sequence that writes into a block
 others still hold first gets its own copy of that one block (*copy-on-write*).
 
-Where blocks come from is the *pool*, a strategy composed in (as vLLM v1's
-``KVCacheManager`` composes a ``BlockPool``): :class:`~.free_list.FreeList` (plain paged)
-or :class:`~.block_pool.BlockPool` (a free queue that keeps freed blocks' content, for
-prefix caching). With a caching pool the manager also names every full block by its
-chained hash and looks a new sequence's prefix up before taking new blocks. The rest of
-the memory layer composes this manager too: swapping (:mod:`.block_swap`), the slot
-accounting (:mod:`.fast_usage`), pictures and checks (:mod:`.block_checks`), and
-vAttention's virtual regions (:class:`~.vattention.Regions`).
+What differs between schemes is composed in, never overridden (as vLLM v1's
+``KVCacheManager`` composes a ``BlockPool``, and SGLang's scheduler a ``RadixCache``):
 
-Hot paths (``append_slot``, ``allocate_group``, ``free``) stay flat on purpose: the
-simulator calls them millions of times.
+* ``pool``, where blocks come from: a free list (:mod:`.free_list`), vLLM v1's free queue
+  that keeps freed blocks' content (:mod:`.block_pool`), or SGLang's free list plus the
+  radix tree's evictable pages (:mod:`.radix_pool`);
+* ``cache``, the prefix-cache policy (None: no prefix cache): which cached blocks a new
+  sequence starts with, how full blocks are named, what happens at free
+  (:mod:`.hash_cache`, :mod:`.radix_cache`);
+* ``regions``, vAttention's virtual regions (:class:`~.vattention.Regions`: a cap on
+  sequences and their length, forks that copy).
+
+The read-only questions are :mod:`.block_queries`, swapping :mod:`.block_swap`, the
+accounting, pictures and checks :mod:`.block_view`. Hot paths (``append_slot``,
+``allocate_group``, ``free``) stay flat on purpose: the simulator calls them millions of
+times.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..errors import OutOfMemoryError
-from . import block_checks, block_queries, block_swap
-from .base import AppendResult, KVCopy, SeqId, SlotUsage
+from . import block_queries, block_swap, block_view
+from .base import AppendResult, KVCopy, SeqId
 from .block_seq import Seq
-from .fast_usage import usage_by_last_blocks
 from .prefix_chain import branch_of
 
 
-class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pictures):
+class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
     """Block tables and reference counts over one pool (see the module docstring)."""
 
     def __init__(self, pool, cache=None, dedup: bool = False, kind: str = "paged",
@@ -181,8 +185,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
             raise ValueError(f"sequence id {child_id!r} already exists")
         if self.regions is not None:
             return self.regions.fork(self, parent_id, parent, child_id)
-        for b in parent.table:
-            self._hold_block(b)
+        self._hold_blocks(parent.table)
         parent.room = 0  # its last block is shared now: the next append may copy it
         child = self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens,
                                            parent.final_len, parent.content,
@@ -230,18 +233,6 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         self._num_shared_blocks -= unshared
         self.pool.free_blocks(zero)
 
-    # ------------------------------------------------------------ accounting
-    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
-        """Allocated slots split into token / reserved / internal fragmentation, plus the
-        cached ones (:mod:`pagedsim.accounting` has the rules; one visit per sequence)."""
-        pool, regions = self.pool, self.regions
-        held = 0 if regions is None else len(regions.held_blocks())  # not in any table
-        u = usage_by_last_blocks(self._seqs, self._ref, self.block_size,
-                                 self.num_blocks - pool.get_num_free_blocks() - held,
-                                 self._num_logical_blocks, final_lens,
-                                 cached_slots=pool.num_cached_blocks * self.block_size)
-        return u if regions is None else regions.usage(self, u)
-
     # ---------------------------------------------------------------- helpers
     def _take(self, n: int, new_hashes: list[int] | tuple = ()) -> list[int]:
         """``n`` blocks from the pool (room checked), each with one reference; a caching
@@ -276,7 +267,8 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         seq.next_slot = seq.table[-1] * bs + offset
 
     def _hold_blocks(self, blocks: list[int]) -> None:
-        """One more reference to each of ``blocks`` (:meth:`_hold_block`, in one loop)."""
+        """One more reference to each of ``blocks`` (hits, a sibling's, a parent's): a
+        block nobody held leaves the pool's free structure (``touch``)."""
         ref, unheld, shared = self._ref, [], 0
         for b in blocks:
             r = ref[b]
@@ -288,12 +280,3 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_checks.Pict
         self._num_shared_blocks += shared
         if unheld:
             self.pool.touch_blocks(unheld)
-
-    def _hold_block(self, b: int) -> None:
-        """One more reference to block ``b`` (a hit, a sibling's block, a fork)."""
-        r = self._ref[b]
-        if r == 0:
-            self.pool.touch(b)
-        elif r == 1:
-            self._num_shared_blocks += 1
-        self._ref[b] = r + 1

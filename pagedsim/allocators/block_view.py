@@ -1,16 +1,31 @@
-"""A block manager's whole state as plain data (pictures, step-through recorders, tests),
-and the consistency checks the property tests run after every operation."""
+"""What is read of a block manager from outside: the accounting's split of its slots,
+its whole state as plain data (pictures, step-through recorders, tests), and the
+consistency checks the property tests run after every operation."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 
-from .fast_usage import usage_by_block_walk
+from .base import SeqId, SlotUsage
+from .fast_usage import usage_by_block_walk, usage_by_last_blocks
 
 
-class Pictures:
-    """``snapshot`` and ``check_invariants`` of a :class:`~.block_manager.BlockManager`."""
+class View:
+    """``usage``, ``snapshot`` and ``check_invariants`` of a
+    :class:`~.block_manager.BlockManager`."""
+
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+        """Allocated slots split into token / reserved / internal fragmentation, plus the
+        cached ones (:mod:`pagedsim.accounting` has the rules; one visit per sequence)."""
+        pool, regions = self.pool, self.regions
+        held = 0 if regions is None else len(regions.held_blocks())  # not in any table
+        u = usage_by_last_blocks(self._seqs, self._ref, self.block_size,
+                                 self.num_blocks - pool.get_num_free_blocks() - held,
+                                 self._num_logical_blocks, final_lens,
+                                 cached_slots=pool.num_cached_blocks * self.block_size)
+        return u if regions is None else regions.usage(self, u)
 
     def snapshot(self) -> dict:
         """The whole state as plain data: block tables, reference counts, the pool's free

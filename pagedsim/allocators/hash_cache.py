@@ -105,7 +105,7 @@ class HashCache:
             table = list(hit)
             for j in range(len(hit), k):
                 b = siblings[chain[j]]
-                mgr._hold_block(b)
+                mgr._hold_blocks([b])
                 table.append(b)
             table += mgr._take(n - k)
             seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
@@ -135,7 +135,7 @@ class HashCache:
             return b
         other = pool.get_cached_block(h)
         if other is not None and dedup and mgr._ref[b] == 1:
-            mgr._hold_block(other)
+            mgr._hold_blocks([other])
             seq.table[index] = other
             mgr._ref[b] = 0
             pool.free_blocks([b])

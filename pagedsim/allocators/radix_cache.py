@@ -132,8 +132,7 @@ class RadixCache:
                 tree.unlock(node)
                 node = deeper
             table = tree.path_blocks(node) if k else []
-            for b in table:
-                mgr._hold_block(b)
+            mgr._hold_blocks(table)
             new = mgr._take(n - k)
             table.extend(new)
             # The new full pages join the tree now (unless the last-token rule left one
