@@ -35,7 +35,11 @@ pytestmark = pytest.mark.skipif(not (LABS / "lab1_budget").is_dir() or not hasat
 _FORGE = '''
 import glob as _glob, json as _json, os as _os, tempfile as _tempfile
 def _forge():
-    paths = _glob.glob(_os.path.join(_tempfile.gettempdir(), "pagedsim-lab1-*", "results.jsonl"))
+    # The grading folders lie beside this process's own folder (both made by tempfile in
+    # the grader's temporary directory; this process's $TMPDIR is its own folder).
+    tmp = {_os.path.dirname(_os.getcwd()), _tempfile.gettempdir()}
+    paths = [p for t in tmp for p in _glob.glob(_os.path.join(t, "pagedsim-lab1-*",
+                                                              "results.jsonl"))]
     try:  # the grader's environment, where the results path was
         env = open(f"/proc/{_os.getppid()}/environ", "rb").read().split(b"\\0")
         paths += [e.split(b"=", 1)[1].decode() for e in env
