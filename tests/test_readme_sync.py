@@ -29,3 +29,19 @@ def test_readme_reproduction_table_equals_figures_readme():
     for target, (ours, paper) in seen.items():
         assert (ours, paper) == rows[target][:2], target
         assert rows[target][2] == "yes", f"figures/README.md says {target!r} does not hold"
+
+
+def test_readme_quotes_the_budget_lines_its_command_prints(capsys):
+    """The README's vLLM sizing example: the command it shows prints the two lines it
+    quotes."""
+    from pagedsim.cli import main
+
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    command = ("pagedsim budget --model qwen3-14b --kv-cache-memory-gb 6.51 "
+               "--max-model-len 32768")
+    assert command in readme
+    assert main(command.split()[1:]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    tokens = next(x for x in lines if x.startswith("GPU KV cache size:"))
+    concurrency = next(x for x in lines if x.startswith("Maximum concurrency for"))
+    assert f"`{tokens}`" in readme and f"`{concurrency}`" in readme
