@@ -79,6 +79,7 @@ from .trace_rows import (
     csv_rows,
     json_number,
     jsonl_rows,
+    more_lines_than,
     not_utf8_error,
     parse_arrival,
     parse_int,
@@ -261,6 +262,13 @@ def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
     except NotRegularFileError as exc:
         raise TraceError(name, None, f"is {exc.kind}, not a trace file (a regular .csv or "
                          ".jsonl file)") from None
+    if max_requests is None:
+        # A header, then at most MAX_NUM_REQUESTS rows: counted before any is parsed.
+        past = more_lines_than(name, MAX_NUM_REQUESTS + 1)
+        if past is not None:
+            file.close()
+            raise TraceError(name, past, f"more than {MAX_NUM_REQUESTS:,} rows, the most a run "
+                             "simulates; read the first N with max_requests")
     try:
         with file:
             # Peek at the first non-blank line to tell JSONL from CSV, counting the blank

@@ -203,11 +203,12 @@ def test_fifo_and_device_as_compare_workload_say_what_they_are(tmp_path: Path, c
 
 @pytest.mark.skipif(not hasattr(os, "wait4"), reason="needs os.wait4 for the child's memory")
 @pytest.mark.parametrize("case", ["1gib-no-newline", "dev-zero", "huge-prompt", "2**53",
-                                  "10M-few-shot"])
+                                  "10M-few-shot", "10M+1-rows"])
 def test_worst_inputs_refused_within_10_s_and_1_gb(tmp_path: Path, case: str):
     """The issue's 'done when', measured on a fresh interpreter: exit 2 within 10 s, peak
     resident memory under 1 GB (a sparse 1 GiB file without a newline; /dev/zero; one
-    10**15-token prompt; 2**53 synthetic requests)."""
+    10**15-token prompt; 2**53 synthetic requests; 10M few-shot requests, 10**8 blocks, in
+    cache-replay; a trace of 10,000,001 rows in compare)."""
     import subprocess
     import sys
     import time
@@ -225,8 +226,12 @@ def test_worst_inputs_refused_within_10_s_and_1_gb(tmp_path: Path, case: str):
         argv = ["cache-replay", str(path)]
     elif case == "2**53":
         argv = ["cache-replay", "few-shot", "--num-requests", str(2**53)]
-    else:  # within the request limit, but 10**8 blocks: refused before generating them
+    elif case == "10M-few-shot":  # within the request limit, but 10**8 blocks
         argv = ["cache-replay", "few-shot", "--num-requests", "10000000"]
+    else:  # one row more than a run takes: counted (2 s) before any row is built
+        path = tmp_path / "rows.csv"
+        path.write_bytes(b"arrival_s,prompt_len,output_len\n" + b"0,1,1\n" * 10_000_001)
+        argv = ["compare", "--workload", str(path), "--no-write", "--jobs", "1"]
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "pagedsim", *argv],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -253,7 +258,7 @@ def test_a_trace_of_more_requests_than_a_run_simulates_is_refused(tmp_path: Path
     monkeypatch.setattr(traces_module, "MAX_NUM_REQUESTS", 3)
     path = tmp_path / "t.csv"
     path.write_text("arrival_s,prompt_len,output_len\n" + "0,5,5\n" * 10)
-    with pytest.raises(TraceError, match="line 5: more than 3 requests"):
+    with pytest.raises(TraceError, match="line 5: more than 3 rows"):
         load_trace(path)
     assert len(load_trace(path, max_requests=3).requests) == 3
     line = _one_error(capsys, ["cache-replay", str(path)], "argument TRACE:")
