@@ -276,5 +276,5 @@ def test_cache_replay_stops_reading_a_trace_past_the_block_limit(tmp_path: Path,
     monkeypatch.setattr(replay_module, "MAX_REPLAY_BLOCKS", 3)
     path = tmp_path / "t.csv"
     path.write_text("arrival_s,prompt_len,output_len\n" + "0,5,5\n" * 10)
-    _one_error(capsys, ["cache-replay", str(path)], "argument TRACE: more than 3 requests")
+    _one_error(capsys, ["cache-replay", str(path)], "argument TRACE: more than 3 rows")
     assert main(["cache-replay", str(path), "--num-requests", "3", "--json"]) == 0

@@ -83,7 +83,9 @@ def run_cache_replay(args: argparse.Namespace) -> int:
     from ..cache_replay import MAX_REPLAY_BLOCKS, check_replay_size, replay
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
     from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
+    from ..trace_rows import more_lines_than
     from ..traces import TraceError, load_trace
+    from ..user_files import NotRegularFileError
     from ..workload import MAX_NUM_REQUESTS
 
     if args.num_requests is not None and not 1 <= args.num_requests <= MAX_NUM_REQUESTS:
@@ -106,10 +108,17 @@ def run_cache_replay(args: argparse.Namespace) -> int:
                            f"of the synthetic workloads {', '.join(SHARING_WORKLOAD_NAMES)} "
                            "(sharegpt and alpaca prompts share nothing: their hit rate is 0)")
         try:
-            # Every prompt takes a block at least: a trace past the block limit in
-            # requests is refused after reading that many rows, not all of them.
+            # Every prompt takes a block at least: a trace of more rows than the block
+            # limit is refused on a count of its lines, before any request is built.
             most = args.num_requests or MAX_REPLAY_BLOCKS + 1
+            if args.num_requests is None and more_lines_than(args.trace, most) is not None:
+                raise CliError(f"argument TRACE: more than {MAX_REPLAY_BLOCKS:,} rows, hence "
+                               f"blocks, the most a replay keeps in memory; replay the first "
+                               "N with --num-requests")
             trace = load_trace(args.trace, max_requests=most)
+        except NotRegularFileError as exc:  # from the count, before load_trace says it
+            raise CliError(f"argument TRACE: {exc.path}: is {exc.kind}, not a trace file (a "
+                           "regular .csv or .jsonl file)") from None
         except (TraceError, OSError) as exc:
             message = " ".join(str(exc).split()).replace("with max_requests",
                                                           "with --num-requests")
