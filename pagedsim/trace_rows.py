@@ -167,9 +167,10 @@ def timestamp_parser() -> Callable[[str], int]:
 
 
 def csv_rows(path: str, lines: Iterable[str], skipped: int
-             ) -> tuple[str, int, Iterator[tuple[int, dict[str, str]]]]:
-    """Detect the CSV schema from the header; return it, the header's line number, and
-    the rows as ``(line_number, {column: text})``.
+             ) -> tuple[str, int, Iterator[tuple[int, dict[str, str]]], tuple[str, ...]]:
+    """Detect the CSV schema from the header; return it, the header's line number, the
+    rows as ``(line_number, {column: text})``, and the header's columns the schema does
+    not read (Azure's beyond its three; for the report: nothing is dropped unsaid).
 
     ``skipped`` blank lines came before ``lines`` (csv counts only the lines it sees).
     """
@@ -179,15 +180,17 @@ def csv_rows(path: str, lines: Iterable[str], skipped: int
     except csv.Error as exc:
         raise _csv_error(path, exc, skipped + 1, reader.line_num + skipped) from None
     header_line = reader.line_num + skipped
-    if "" in header:
-        where = ("a trailing comma" if header[-1] == "" else
-                 f"column {header.index('') + 1} of {len(header)}")
-        raise TraceError(path, header_line, f"header {','.join(header)!r} has an empty "
-                         f"column name ({where}); remove it")
+    ignored: tuple[str, ...] = ()
     if all(name in header for name in AZURE_COLUMNS):
         schema, columns = "azure", list(AZURE_COLUMNS)
+        ignored = tuple(name for name in header if name not in AZURE_COLUMNS)
     else:
         schema = "pagedsim-csv"
+        if "" in header:
+            where = ("a trailing comma" if header[-1] == "" else
+                     f"column {header.index('') + 1} of {len(header)}")
+            raise TraceError(path, header_line, f"header {','.join(header)!r} has an empty "
+                             f"column name ({where}); remove it")
         missing = [name for name in PAGEDSIM_REQUIRED if name not in header]
         if missing:
             raise TraceError(path, header_line,
@@ -223,7 +226,7 @@ def csv_rows(path: str, lines: Iterable[str], skipped: int
         except csv.Error as exc:
             raise _csv_error(path, exc, start + 1 + skipped, reader.line_num + skipped) from None
 
-    return schema, header_line, rows()
+    return schema, header_line, rows(), ignored
 
 
 def _csv_error(path: str, exc: csv.Error, first_line: int, last_line: int) -> TraceError:

@@ -11,7 +11,8 @@ Two schemas, told apart by the file's first line (not its name):
 have 7, i.e. 100 ns, more than Python 3.10's ``datetime`` parses, so we parse it
 ourselves, exactly, in integer nanoseconds); ``arrival_s`` becomes seconds since the
 first row (always: a date is no simulated time). ``ContextTokens`` -> ``prompt_len``,
-``GeneratedTokens`` -> ``output_len``. Other columns, if a release adds any, are ignored.
+``GeneratedTokens`` -> ``output_len``. Other columns, if a release adds any, are not
+read (the report names them).
 
 **pagedsim** (CSV with a header, or JSONL with one object per line)::
 
@@ -134,6 +135,8 @@ class Trace:
     #: tokens), by line, and how many ids past the prompt were dropped in all.
     surplus_id_lines: tuple[int, ...] = field(default=())
     surplus_ids: int = 0
+    #: Header columns the schema does not read (Azure's beyond its three), by name.
+    ignored_columns: tuple[str, ...] = field(default=())
 
     @property
     def num_too_long(self) -> int:
@@ -216,6 +219,9 @@ class Trace:
             text += (f"; {len(self.surplus_id_lines)} with more hash_ids than input_length "
                      f"needs (lines {_some_lines(self.surplus_id_lines)}): "
                      f"{self.surplus_ids:,} ids past the prompt dropped")
+        if self.ignored_columns:
+            names = ", ".join(repr(c) if c else "(empty)" for c in self.ignored_columns)
+            text += f"; column(s) {names} not read"
         for note in self.transforms:
             text += f"; {note}"
         return text
@@ -288,16 +294,17 @@ def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
             if first.lstrip().startswith("{"):
                 # Mooncake's schema (timestamp in ms, input/output_length, hash_ids) or ours.
                 schema = "mooncake" if '"input_length"' in first else "pagedsim-jsonl"
-                header_line = None
+                header_line, ignored = None, ()
                 rows = jsonl_rows(name, lines, skipped, mooncake=schema == "mooncake")
             else:
-                schema, header_line, rows = csv_rows(name, lines, skipped)
+                schema, header_line, rows, ignored = csv_rows(name, lines, skipped)
             if schema == "azure" and rebase is False:
                 raise TraceError(name, header_line, "rebase=False applies to pagedsim "
                                  "traces only: Azure timestamps are dates, always rebased "
                                  "to the first row's")
-            return _build(name, schema, rows, header_line, max_model_len, on_too_long,
-                          skip_zero_output, rebase, max_requests)
+            trace = _build(name, schema, rows, header_line, max_model_len, on_too_long,
+                           skip_zero_output, rebase, max_requests)
+            return replace(trace, ignored_columns=ignored) if ignored else trace
     except UnicodeDecodeError as exc:
         raise not_utf8_error(name, exc) from None
     except LineTooLongError as exc:

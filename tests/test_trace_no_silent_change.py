@@ -79,3 +79,16 @@ def test_surplus_hash_ids_are_counted_on_the_report_line(tmp_path: Path):
     exact.write_text('{"timestamp": 0, "input_length": 512, "output_length": 1, '
                      '"hash_ids": [1]}\n')
     assert "more hash_ids" not in load_trace(exact).report()
+
+
+def test_azure_columns_not_read_are_named_on_the_report_line(tmp_path: Path):
+    """Was: ignored without a word. The three columns are read; the others are named."""
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,Region,\n"
+                    "2023-11-16 18:15:46.6805900,10,5,west,\n")
+    trace = load_trace(path)
+    assert trace.ignored_columns == ("Region", "")
+    assert "column(s) 'Region', (empty) not read" in trace.report()
+    plain = tmp_path / "plain.csv"
+    plain.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n")
+    assert "not read" not in load_trace(plain).report()
