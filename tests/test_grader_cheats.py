@@ -220,6 +220,9 @@ def test_the_worker_was_confined(cheated: dict) -> None:
     reference and the forbidden module could not be read."""
     result = cheated["reference-read-by-path"]
     assert any(n.startswith("limits: ") for n in result.sandbox), result.sandbox
+    # The table says it, the user switch included (done, or why not).
+    assert "the graded code ran in a process of its own: limits: 4 GiB" in result.table()
+    assert "user" in result.table().rsplit("process of its own", 1)[1]
     if any(n.startswith("Landlock ABI") for n in result.sandbox):
         assert "PermissionError" in result.table() or "Errno 13" in result.table()
 

@@ -126,6 +126,8 @@ class LabResult:
                       if t.lost_points and t.output]
         if notes:
             lines += ["", *notes]
+        if self.sandbox:
+            lines += ["", "the graded code ran in a process of its own: " + "; ".join(self.sandbox)]
         lines.append(f"\n({self.duration_s:.1f} s)")
         return "\n".join(lines)
 
