@@ -54,6 +54,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         self._num_logical_blocks = 0  # sum of block-table lengths
         self.cache = cache
         self._swap_token = object()  # marks the groups this manager swapped out
+        self._swapped_ids: set[SeqId] = set()  # ids of those groups: not to be reused
 
     @property
     def on_release(self):
@@ -74,11 +75,14 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         and ``content``, each sequence's cached prefix comes from the cache. False, and
         nothing changed, when they do not fit."""
         regions = self.regions
-        if len(seq_ids) != 1 or fork_ids or seq_ids[0] in self._seqs or regions is not None:
+        if (len(seq_ids) != 1 or fork_ids or regions is not None
+                or not self._is_fresh(seq_ids[0])):
             self._check_new_ids([*seq_ids, *fork_ids])
         if (type(num_tokens) is not int or num_tokens < 0 or final_len is not None
                 and (type(final_len) is not int or final_len < num_tokens)):
             num_tokens = self._check_lengths(num_tokens, final_len)  # raises or converts
+        if content is not None and not hasattr(content, "request_id"):
+            raise ValueError(f"content must be the request the tokens are of, got {content!r}")
         if regions is not None and not regions.admits(self, seq_ids, fork_ids, num_tokens):
             return False
         bs, cache = self.block_size, self.cache
@@ -183,6 +187,8 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         parent = self._get(parent_id)
         if child_id in self._seqs:
             raise ValueError(f"sequence id {child_id!r} already exists")
+        if child_id in self._swapped_ids:
+            raise ValueError(f"sequence id {child_id!r} belongs to a swapped-out group")
         if self.regions is not None:
             return self.regions.fork(self, parent_id, parent, child_id)
         self._hold_blocks(parent.table)
@@ -243,6 +249,13 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         for b in blocks:
             ref[b] = 1
         return blocks
+
+    def _is_fresh(self, seq_id: SeqId) -> bool:
+        """Whether ``seq_id`` is free to name a new sequence (the common case's check)."""
+        try:
+            return seq_id not in self._seqs and seq_id not in self._swapped_ids
+        except TypeError:  # unhashable: _check_new_ids says so
+            return False
 
     def _take_one(self, why: str) -> int:
         try:

@@ -194,6 +194,8 @@ class Queries:
                 return True  # room in its private last block
             return self.pool.get_num_free_blocks() > 0
         seq_ids = list(seq_ids)
+        if len(set(seq_ids)) != len(seq_ids):  # a second append of one id is another count
+            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
         if self.regions is not None and any(
                 self._get(s).num_tokens >= self.regions.max_model_len for s in seq_ids):
             return False
@@ -214,11 +216,19 @@ class Queries:
 
     # -------------------------------------------------------------- checks
     def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        """Refuse ids given twice, ids in use, and ids of a swapped-out group (it must be
+        able to come back)."""
+        try:
+            if len(set(seq_ids)) != len(seq_ids):
+                raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        except TypeError:
+            raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
         clash = [s for s in seq_ids if s in self]
         if clash:
             raise ValueError(f"sequence ids {clash!r} already exist")
+        swapped = [s for s in seq_ids if s in self._swapped_ids]
+        if swapped:
+            raise ValueError(f"sequence ids {swapped!r} belong to a swapped-out group")
 
     def _check_lengths(self, num_tokens: int, final_len: int | None) -> int:
         """``num_tokens`` checked (an int >= 0, and <= ``final_len`` when given)."""

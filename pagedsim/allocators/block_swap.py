@@ -44,6 +44,7 @@ class Swapping:
                   if q.content is not None} if self.pool.caches else {})
         for s in seq_ids:
             self.free(s)
+        self._swapped_ids.update(seq_ids)
         state = {"tables": tables, "meta": meta, "num_blocks": len(local)}
         if self.pool.caches:
             state["content"] = named
@@ -54,7 +55,7 @@ class Swapping:
         """Blocks ``group`` needs back, after checking it may return here and that none
         of its ids is live."""
         group.check_can_return_to(self._swap_token)
-        clash = [s for s in group.seq_ids if s in self]
+        clash = [s for s in group.seq_ids if s in self]  # cannot happen: ids are reserved
         if clash:
             raise ValueError(f"sequence ids {clash!r} already exist")
         return group.state["num_blocks"]
@@ -96,5 +97,6 @@ class Swapping:
         for seq_id in group.seq_ids:
             self._set_room(self._seqs[seq_id])
         group.swapped_in = True
+        self._swapped_ids.difference_update(group.seq_ids)
         bs = self.block_size
         return [KVCopy(i * bs, b * bs, bs) for i, b in enumerate(new_blocks)]

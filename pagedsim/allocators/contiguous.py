@@ -18,6 +18,7 @@ Nothing is shared: a fork copies the parent's tokens into a region of its own.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..accounting import final_tokens, split_slots
@@ -81,6 +82,7 @@ class ContiguousAllocator:
         # forking them later cannot fail; ``fork`` fills them.
         self._held: set[SeqId] = set()
         self._swap_token = object()  # marks the groups this allocator swapped out
+        self._swapped: set[SeqId] = set()  # their ids, kept from reuse until they return
         self.evicted_blocks = 0  # no prefix cache: nothing is ever evicted
         #: Called as ``on_release(start_slot, num_slots)`` for every region given back,
         #: so a real cache can scrub it (see ``pagedsim.kernels.executor``).
@@ -102,6 +104,26 @@ class ContiguousAllocator:
             return self._regions[seq_id]
         except (KeyError, TypeError):
             raise ValueError(f"unknown sequence id {seq_id!r}") from None
+
+    def _running(self, seq_id: SeqId) -> _Region:
+        """The region of a running sequence: not an empty one held for a fork."""
+        r = self._get(seq_id)
+        if seq_id in self._held:
+            raise ValueError(f"sequence {seq_id!r} is held for a fork, not running")
+        return r
+
+    def _check_new(self, seq_ids: Sequence[SeqId]) -> None:
+        """Refuse ids given twice, in use, or of a swapped-out group."""
+        try:
+            if len(set(seq_ids)) != len(seq_ids):
+                raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        except TypeError:
+            raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
+        for s in seq_ids:
+            if s in self._regions:
+                raise ValueError(f"sequence id {s!r} already exists")
+            if s in self._swapped:
+                raise ValueError(f"sequence id {s!r} belongs to a swapped-out group")
 
     def region(self, seq_id: SeqId) -> tuple[int, int]:
         """``(start_slot, size_slots)`` of the sequence's region."""
@@ -174,12 +196,12 @@ class ContiguousAllocator:
         return self._arena.can_alloc(self._region_size(self.reserve_slots(num_tokens, final_len)))
 
     def can_append(self, seq_id: SeqId) -> bool:
-        r = self._get(seq_id)
+        r = self._running(seq_id)
         return r.num_tokens < r.size
 
     def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
         """Whether ``num_tokens`` more tokens fit in the sequence's region."""
-        r = self._get(seq_id)
+        r = self._running(seq_id)
         return r.num_tokens + check_int("num_tokens", num_tokens, minimum=0) <= r.size
 
     def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
@@ -192,7 +214,10 @@ class ContiguousAllocator:
         return []
 
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
-        return all(self.can_append(s) for s in seq_ids)
+        seq_ids = list(seq_ids)
+        if len(set(seq_ids)) != len(seq_ids):  # a second append of one id is another count
+            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        return all([self.can_append(s) for s in seq_ids])  # every id checked
 
     # -------------------------------------------------------------- mutations
     def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
@@ -211,9 +236,9 @@ class ContiguousAllocator:
         region of its own, and holding it from admission means the fork cannot fail.
         False (nothing changed) when they do not fit. ``watermark`` does not apply: the
         paper's Orca baselines keep none."""
-        ids = [*seq_ids, *fork_ids]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"duplicate sequence ids in {tuple(ids)!r}")
+        self._check_new([*seq_ids, *fork_ids])
+        if content is not None and not hasattr(content, "request_id"):
+            raise ValueError(f"content must be the request the tokens are of, got {content!r}")
         taken: list[SeqId] = []
         try:
             for seq_id in seq_ids:
@@ -248,15 +273,14 @@ class ContiguousAllocator:
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None) -> None:
         """Reserve a region by policy and place the ``num_tokens``-token prompt in it."""
-        if seq_id in self._regions:
-            raise ValueError(f"sequence id {seq_id!r} already exists")
+        self._check_new([seq_id])
         size = self._region_size(self.reserve_slots(num_tokens, final_len))
         start = self._place(seq_id, size)
         self._regions[seq_id] = _Region(start, size, num_tokens, final_len)
 
     def append_slot(self, seq_id: SeqId) -> AppendResult:
         """The next slot of the sequence's region; never copies."""
-        r = self._get(seq_id)
+        r = self._running(seq_id)
         if r.num_tokens >= r.size:
             raise OutOfMemoryError(
                 f"sequence {seq_id!r} filled its region of {r.size} slots; "
@@ -266,13 +290,20 @@ class ContiguousAllocator:
         return r.start + r.num_tokens - 1, None
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
-        """The child gets a region of its own and a copy of the parent's tokens."""
-        p = self._get(parent_id)
+        """The child gets a region of its own and a copy of the parent's tokens. Checked
+        first: a failed fork changes nothing (the room held for the child included)."""
+        p = self._running(parent_id)
         if child_id in self._held:  # its room was held since admission: give it back
-            self._held.discard(child_id)  # and place the child anew, which cannot fail
+            trial = copy.deepcopy(self._arena)  # and place the child anew, if it fits
+            trial.free(self._regions[child_id].start)
+            if trial.alloc(p.size) is None:  # a parent larger than the held room
+                largest = max((n for _, n in trial.holes()), default=0)
+                raise OutOfMemoryError(f"sequence {child_id!r} needs a contiguous region of "
+                                       f"{p.size} slots; largest hole is {largest}")
+            self._held.discard(child_id)
             self._arena.free(self._regions.pop(child_id).start)
-        elif child_id in self._regions:
-            raise ValueError(f"sequence id {child_id!r} already exists")
+        else:
+            self._check_new([child_id])
         start = self._place(child_id, p.size)
         self._regions[child_id] = _Region(start, p.size, p.num_tokens, p.final_len)
         return [KVCopy(p.start, start, p.num_tokens)] if p.num_tokens else []
@@ -295,7 +326,7 @@ class ContiguousAllocator:
         seq_ids = tuple(seq_ids)
         if len(set(seq_ids)) != len(seq_ids):
             raise ValueError(f"duplicate sequence ids in {seq_ids!r}")
-        regions = [self._get(s) for s in seq_ids]
+        regions = [self._running(s) for s in seq_ids]
         out, meta, offset = [], [], 0
         for r in regions:
             if r.num_tokens:
@@ -304,6 +335,7 @@ class ContiguousAllocator:
             offset += r.num_tokens
         for s in seq_ids:
             self.free(s)
+        self._swapped.update(seq_ids)
         return SwappedGroup(seq_ids, offset, out, {"meta": meta}, owner=self._swap_token)
 
     def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
@@ -349,6 +381,7 @@ class ContiguousAllocator:
             if n:
                 copies.append(KVCopy(offset, start, n))
         group.swapped_in = True
+        self._swapped.difference_update(group.seq_ids)
         return copies
 
     # ------------------------------------------------------------- accounting
