@@ -25,10 +25,12 @@ downloaded: the config is a file the user has.
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 from .kv_spec import LayerKV, full, mla, sliding
 from .specs import ModelSpec
+from .user_files import file_kind
 
 #: Largest config.json read (bytes): real ones are a few KiB; this bounds memory.
 MAX_CONFIG_BYTES = 4 << 20
@@ -184,10 +186,13 @@ def load_config(path: str | Path) -> ModelSpec:
     if p.is_dir():
         p = p / "config.json"
     try:
-        size = p.stat().st_size
+        st = p.stat()
     except OSError as e:
         raise ConfigError(f"cannot read model config {str(path)!r}: "
                           f"{e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block read_text, /dev/zero never end
+        raise ConfigError(f"{str(path)!r} is {file_kind(st.st_mode)}, not a config.json file")
+    size = st.st_size
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{str(path)!r} is {size:,} bytes, too large for a config.json "
                           f"(at most {MAX_CONFIG_BYTES:,})")
