@@ -35,7 +35,7 @@ NUMBERS = ["1", "2", "16", "0", "-1", "3.5", "1e300", "nan", "inf", "5e-324",
            "9007199254740992", "10000001", "", "abc"]
 #: Flags whose values come from their own pools (the rest take NUMBERS).
 POOLS = {
-    "--model": ["opt-13b", "LLAMA-2-7B", "gpt-5", ""],
+    "--model": ["opt-13b", "LLAMA-2-7B", "gpt-5", "", "@fifo", "@dev", "@dir"],
     "--gpu": ["a100-80gb", "h200-141gb", "tpu"],
     "--preset": ["paper-opt-13b", "nope"],
     "--preemption": ["swap", "recompute", "pause"],

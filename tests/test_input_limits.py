@@ -278,3 +278,18 @@ def test_cache_replay_stops_reading_a_trace_past_the_block_limit(tmp_path: Path,
     path.write_text("arrival_s,prompt_len,output_len\n" + "0,5,5\n" * 10)
     _one_error(capsys, ["cache-replay", str(path)], "argument TRACE: more than 3 rows")
     assert main(["cache-replay", str(path), "--num-requests", "3", "--json"]) == 0
+
+
+@pytest.mark.parametrize("which", ["fifo", "/dev/zero"])
+def test_model_config_path_that_is_no_file_is_refused_at_once(tmp_path: Path, capsys, which):
+    """--model PATH reads a config.json: a FIFO blocked forever, /dev/zero read until
+    memory ran out."""
+    path = which
+    if which == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs here")
+        path = str(tmp_path / "config.json")
+        os.mkfifo(path)
+    elif not os.path.exists(which):
+        pytest.skip(f"no {which}")
+    _one_error(capsys, ["compare", "--model", path, "--no-write"], "argument --model:")
