@@ -14,34 +14,31 @@ The unused part of a region is memory nobody else can use: ``reserved`` while th
 sequence will still fill it, ``internal fragmentation`` where it never will. Between
 regions, holes too small for the next request are ``external fragmentation``.
 Nothing is shared: a fork copies the parent's tokens into a region of its own.
+
+The reservation policies are :mod:`.reservation`, the placements :mod:`.placement`,
+swapping :mod:`.contiguous_swap`, the accounting, pictures and checks
+:mod:`.contiguous_view`.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from ..accounting import final_tokens, split_slots
 from ..errors import OutOfMemoryError
 from ..validate import check_choice, check_int
-from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup
-from .placement import Arena, BuddyArena, next_pow2
+from .base import AppendResult, KVCopy, SeqId
+from .contiguous_swap import ContiguousSwapping
+from .contiguous_view import ContiguousView
+from .placement import Arena, BuddyArena
+from .region import Region
+from .reservation import RESERVATIONS, reserve_slots
 
-RESERVATIONS = ("max", "pow2", "oracle")
 PLACEMENTS = ("first-fit", "best-fit", "buddy")
+__all__ = ["PLACEMENTS", "RESERVATIONS", "ContiguousAllocator"]
 
 
-class _Region:
-    __slots__ = ("start", "size", "num_tokens", "final_len")
-
-    def __init__(self, start: int, size: int, num_tokens: int, final_len: int | None) -> None:
-        self.start = start  # first slot
-        self.size = size  # slots owned, after policy, alignment and placement rounding
-        self.num_tokens = num_tokens
-        self.final_len = final_len
-
-
-class ContiguousAllocator:
+class ContiguousAllocator(ContiguousSwapping, ContiguousView):
     """A linear arena of ``capacity_slots`` token slots, one region per sequence.
 
     ``align_slots`` rounds every region's size (and so its start) up to a multiple,
@@ -76,7 +73,7 @@ class ContiguousAllocator:
             self._arena: Arena | BuddyArena = BuddyArena(self.capacity_slots, self.align_slots)
         else:
             self._arena = Arena(self.capacity_slots, best_fit=self.placement == "best-fit")
-        self._regions: dict[SeqId, _Region] = {}
+        self._regions: dict[SeqId, Region] = {}
         self.kernel_block_slots: int | None = None  # a region is read contiguously
         # Children whose regions are held (empty) from their request's admission, so that
         # forking them later cannot fail; ``fork`` fills them.
@@ -99,13 +96,13 @@ class ContiguousAllocator:
     def seq_ids(self) -> Iterator[SeqId]:
         return iter(self._regions)
 
-    def _get(self, seq_id: SeqId) -> _Region:
+    def _get(self, seq_id: SeqId) -> Region:
         try:
             return self._regions[seq_id]
         except (KeyError, TypeError):
             raise ValueError(f"unknown sequence id {seq_id!r}") from None
 
-    def _running(self, seq_id: SeqId) -> _Region:
+    def _running(self, seq_id: SeqId) -> Region:
         """The region of a running sequence: not an empty one held for a fork."""
         r = self._get(seq_id)
         if seq_id in self._held:
@@ -157,33 +154,7 @@ class ContiguousAllocator:
 
     def reserve_slots(self, num_tokens: int, final_len: int | None = None) -> int:
         """Slots the reservation policy asks for (before alignment and placement)."""
-        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        if num_tokens > self.max_model_len:
-            raise ValueError(
-                f"num_tokens ({num_tokens}) exceeds max_model_len ({self.max_model_len})"
-            )
-        if final_len is None:
-            if self.reservation != "max":
-                raise ValueError(
-                    f"reservation {self.reservation!r} needs the request's final_len "
-                    "(prompt + output tokens); pass final_len="
-                )
-            final = num_tokens
-        else:
-            final = check_int("final_len", final_len, minimum=0)
-            if final < num_tokens:
-                raise ValueError(f"final_len ({final}) must be >= num_tokens ({num_tokens})")
-            if final > self.max_model_len:
-                raise ValueError(
-                    f"final_len ({final}) exceeds max_model_len ({self.max_model_len})"
-                )
-        if self.reservation == "max":
-            want = self.max_model_len
-        elif self.reservation == "pow2":  # what is still to come is over-reserved, <= 2x
-            want = min(num_tokens + next_pow2(final - num_tokens), self.max_model_len)
-        else:
-            want = final
-        return max(want, 1)
+        return reserve_slots(self.reservation, num_tokens, final_len, self.max_model_len)
 
     def _region_size(self, reserve: int) -> int:
         a = self.align_slots
@@ -249,7 +220,7 @@ class ContiguousAllocator:
                 for child in fork_ids:
                     if child in self._regions:
                         raise ValueError(f"sequence id {child!r} already exists")
-                    self._regions[child] = _Region(self._place(child, size), size, 0,
+                    self._regions[child] = Region(self._place(child, size), size, 0,
                                                    final_len)
                     taken.append(child)
                     self._held.add(child)
@@ -276,7 +247,7 @@ class ContiguousAllocator:
         self._check_new([seq_id])
         size = self._region_size(self.reserve_slots(num_tokens, final_len))
         start = self._place(seq_id, size)
-        self._regions[seq_id] = _Region(start, size, num_tokens, final_len)
+        self._regions[seq_id] = Region(start, size, num_tokens, final_len)
 
     def append_slot(self, seq_id: SeqId) -> AppendResult:
         """The next slot of the sequence's region; never copies."""
@@ -305,7 +276,7 @@ class ContiguousAllocator:
         else:
             self._check_new([child_id])
         start = self._place(child_id, p.size)
-        self._regions[child_id] = _Region(start, p.size, p.num_tokens, p.final_len)
+        self._regions[child_id] = Region(start, p.size, p.num_tokens, p.final_len)
         return [KVCopy(p.start, start, p.num_tokens)] if p.num_tokens else []
 
     def free(self, seq_id: SeqId) -> None:
@@ -319,136 +290,3 @@ class ContiguousAllocator:
         self._arena.free(r.start)
         if self.on_release is not None:
             self.on_release(r.start, r.size)
-
-    # --------------------------------------------------------------- swapping
-    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
-        """Copy each sequence's tokens to a CPU buffer and release its region."""
-        seq_ids = tuple(seq_ids)
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {seq_ids!r}")
-        regions = [self._running(s) for s in seq_ids]
-        out, meta, offset = [], [], 0
-        for r in regions:
-            if r.num_tokens:
-                out.append(KVCopy(r.start, offset, r.num_tokens))
-            meta.append((r.size, r.num_tokens, r.final_len, offset))
-            offset += r.num_tokens
-        for s in seq_ids:
-            self.free(s)
-        self._swapped.update(seq_ids)
-        return SwappedGroup(seq_ids, offset, out, {"meta": meta}, owner=self._swap_token)
-
-    def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
-        """CPU slots a swap-out would take: every sequence's tokens (nothing is shared)."""
-        return sum(self._get(s).num_tokens for s in seq_ids)
-
-    def _try_place_all(self, sizes: list[int]) -> list[int] | None:
-        starts: list[int] = []
-        for size in sizes:
-            start = self._arena.alloc(size)
-            if start is None:
-                for s in reversed(starts):  # roll back: frees merge back exactly
-                    self._arena.free(s)  # (never written: no release to report)
-                return None
-            starts.append(start)
-        return starts
-
-    def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
-        """Whether every region of the group can be placed (no watermark, as admission)."""
-        group.check_can_return_to(self._swap_token)
-        starts = self._try_place_all([m[0] for m in group.state["meta"]])
-        if starts is None:
-            return False
-        for s in reversed(starts):
-            self._arena.free(s)
-        return True
-
-    def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
-        """Place every region of the group again (all or nothing); copies CPU -> GPU."""
-        group.check_can_return_to(self._swap_token)
-        clash = [s for s in group.seq_ids if s in self._regions]
-        if clash:
-            raise ValueError(f"sequence ids {clash!r} already exist")
-        meta = group.state["meta"]
-        starts = self._try_place_all([m[0] for m in meta])
-        if starts is None:
-            raise OutOfMemoryError(f"no room to swap in {len(meta)} regions")
-        copies = []
-        for seq_id, start, (size, n, final, offset) in zip(
-            group.seq_ids, starts, meta, strict=True
-        ):
-            self._regions[seq_id] = _Region(start, size, n, final)
-            if n:
-                copies.append(KVCopy(offset, start, n))
-        group.swapped_in = True
-        self._swapped.difference_update(group.seq_ids)
-        return copies
-
-    # ------------------------------------------------------------- accounting
-    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
-        """Token, reserved (will be filled) and internal-fragmentation slots of all regions.
-
-        Final lengths come from ``final_lens``, else from ``final_len`` at allocation;
-        a sequence with neither is taken as finished.
-        """
-        token = reserved = allocated = 0
-        fl = final_lens or {}
-        for seq_id, r in self._regions.items():
-            n = r.num_tokens
-            final = final_tokens(n, fl.get(seq_id, r.final_len) if fl else r.final_len)
-            t, res, _ = split_slots(n, final, r.size)
-            token += t
-            reserved += res
-            allocated += r.size
-        return SlotUsage(
-            token_slots=token,
-            reserved_slots=reserved,
-            internal_frag_slots=allocated - token - reserved,
-            physical_blocks=len(self._regions),
-            logical_blocks=len(self._regions),
-        )
-
-    def holes(self) -> list[tuple[int, int]]:
-        """Free holes as ``(start_slot, size_slots)``, by address."""
-        return self._arena.holes()
-
-    @property
-    def num_free_slots(self) -> int:
-        return sum(size for _, size in self._arena.holes())
-
-    def external_frag_slots(self, need_slots: int | None) -> int:
-        """Free slots in holes smaller than ``need_slots`` (0 when nobody waits)."""
-        if not need_slots:
-            return 0
-        return sum(size for _, size in self._arena.holes() if size < need_slots)
-
-    def snapshot(self) -> dict:
-        """The whole state as plain data (for pictures, step-through recorders and tests)."""
-        return {
-            "kind": "contiguous",
-            "view": "arena",
-            "capacity_slots": self.capacity_slots,
-            "reservation": self.reservation,
-            "placement": self.placement,
-            "max_model_len": self.max_model_len,
-            "align_slots": self.align_slots,
-            "holes": self._arena.holes(),
-            "seqs": {
-                sid: {"start": r.start, "size": r.size, "num_tokens": r.num_tokens,
-                      "final_len": r.final_len}
-                for sid, r in self._regions.items()
-            },
-        }
-
-    def check_invariants(self) -> None:
-        self._arena.check_invariants()
-        used = self._arena.used()
-        assert len(used) == len(self._regions), "arena and region table disagree"
-        for seq_id, r in self._regions.items():
-            assert used.get(r.start) == r.size, f"sequence {seq_id!r}: region not in arena"
-            assert 0 <= r.start and r.start + r.size <= self.capacity_slots, "region out of bounds"
-            assert 0 <= r.num_tokens <= r.size, f"sequence {seq_id!r} overflows its region"
-            assert r.start % self.align_slots == 0, f"sequence {seq_id!r}: unaligned region"
-        for child in self._held:
-            assert child in self._regions and self._regions[child].num_tokens == 0, (
-                f"held child {child!r} has no empty region")
