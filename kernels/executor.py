@@ -46,7 +46,7 @@ from dataclasses import replace
 import torch
 
 from pagedsim.plan import StepPlan
-from pagedsim.prompts import prompt_tokens
+from pagedsim.prompts import named_tokens, prompt_tokens
 from pagedsim.scheduler import Scheduler
 from pagedsim.workload import Request
 
@@ -109,11 +109,7 @@ class RealExecutor:
             if request.prompt_pieces is None:
                 toks = self._prompt(request.request_id, request.prompt_len)
             else:
-                named = request.prompt_len
-                # block_key's rule: one sequence only (samples and beams differ)
-                if request.output_in_pieces and request.n == 1 and request.beam_width == 1:
-                    named = min(len(request.prompt_pieces) * request.prompt_piece_tokens,
-                                request.final_len)
+                named = named_tokens(request)  # the tokens its pieces name (block_key's)
                 ids = prompt_tokens(replace(request, prompt_len=named, output_in_pieces=False))
                 toks = (ids.astype("int64") % self.decoder.config.vocab_size).tolist()
             self._contents[request.request_id] = toks

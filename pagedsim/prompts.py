@@ -26,6 +26,20 @@ from .workload import Request
 VOCAB_SIZE = 128_256
 
 
+def named_tokens(request: Request) -> int:
+    """How many leading tokens of a sequence of ``request`` its pieces name: the prompt's,
+    or prompt and output when ``output_in_pieces`` (single-sequence requests only: samples
+    and beams differ); 0 without pieces. The one place this rule lives (block keys, the
+    allocators' fast hashes and the real executor's token ids all read it)."""
+    pieces = request.prompt_pieces
+    if pieces is None:
+        return 0
+    if request.output_in_pieces and request.n == 1 and request.beam_width == 1:
+        return min(len(pieces) * request.prompt_piece_tokens,
+                   request.prompt_len + request.output_len)
+    return request.prompt_len
+
+
 def block_key(request: Request, block_size: int, index: int, branch: int = 0) -> tuple:
     """What block ``index`` (tokens ``index * block_size`` onwards) of one sequence of
     ``request`` holds, as a tuple of runs of ints: a piece run ``(piece, offset, length)``
@@ -38,10 +52,7 @@ def block_key(request: Request, block_size: int, index: int, branch: int = 0) ->
     """
     start, end = index * block_size, (index + 1) * block_size
     pieces, pt, plen = request.prompt_pieces, request.prompt_piece_tokens, request.prompt_len
-    named = 0 if pieces is None else plen  # tokens the pieces name
-    if pieces is not None and request.output_in_pieces and request.n == 1 \
-            and request.beam_width == 1:
-        named = min(len(pieces) * pt, plen + request.output_len)
+    named = named_tokens(request)
     runs: list[tuple[int, ...]] = []
     pos = start
     while pos < end:

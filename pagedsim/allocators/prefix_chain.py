@@ -14,21 +14,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..prompts import block_key, chain_hash
+from ..prompts import block_key, chain_hash, named_tokens
 from ..workload import Request
-
-
-def named_tokens(content: Request) -> int:
-    """How many leading tokens of a sequence of ``content`` its pieces name (as
-    ``block_key`` counts them): the prompt's, or prompt and output when
-    ``output_in_pieces`` (single-sequence requests only); 0 without pieces."""
-    pieces = content.prompt_pieces
-    if pieces is None:
-        return 0
-    if content.output_in_pieces and content.n == 1 and content.beam_width == 1:
-        return min(len(pieces) * content.prompt_piece_tokens,
-                   content.prompt_len + content.output_len)
-    return content.prompt_len
 
 
 def block_key_fast(content: Request, block_size: int, index: int, branch: int,
