@@ -1,9 +1,11 @@
 """SGLang's RadixAttention policy, composed into the block manager: full pages kept in a
 radix tree of token content, lock counts on running paths.
 
-A page is named by :func:`pagedsim.prompts.block_key` of its tokens, its place in the
-tree by all before it (:class:`~.radix_tree.RadixTree`, page size = block size), as
-``python/sglang/srt/mem_cache/radix_cache.py`` keeps them. A sequence holds the pages of
+A page is keyed by the chained hash of its tokens and all before it (the same names
+``prefix-cache`` gives its blocks, from one memo, :class:`~.prefix_chain.ChainMemo`), in a
+radix tree of pages (:class:`~.radix_tree.RadixTree`, page size = block size), as
+``python/sglang/srt/mem_cache/radix_cache.py`` keeps them; matching walks from the root,
+so a chained key matches exactly where the page's own content would. A sequence holds the pages of
 its *locked path* (root to the deepest node of its cached prefix; ``lock_ref`` + 1 on
 each node of it) and no other tree page, so a tree page's reference count equals its
 node's ``lock_ref``, and the unlocked pages are exactly the cached ones (the pool's,
@@ -36,13 +38,12 @@ parent's keys, as ``prefix-cache``'s hashes do).
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Sequence
 
-from ..prompts import block_key
 from .base import SeqId
 from .block_seq import Seq
-from .prefix_chain import HASH_MEMO_ENTRIES, branch_of
+from .prefix_chain import ChainMemo, branch_of
 from .radix_pool import RadixPool
 from .radix_tree import Node
 
@@ -55,30 +56,15 @@ class RadixCache:
         self.tree = pool.tree
         self.block_size = pool.block_size
         self.clock = 0  # logical time of last use (one tick per admission or free)
-        self._memo: OrderedDict[tuple[int, int], tuple[object, list]] = OrderedDict()
-
-    def keys(self, content, branch: int, num_pages: int) -> list:
-        """At least ``num_pages`` page keys of one sequence (memoized per request and
-        branch); callers index only the first ``num_pages``."""
-        memo_key = (content.request_id, branch)
-        entry = self._memo.get(memo_key)
-        if entry is None or entry[0] is not content:  # same id, other request: start over
-            entry = self._memo[memo_key] = (content, [])
-            if len(self._memo) > HASH_MEMO_ENTRIES:
-                self._memo.popitem(last=False)
-        else:
-            self._memo.move_to_end(memo_key)
-        keys, bs = entry[1], self.block_size
-        while len(keys) < num_pages:
-            keys.append(block_key(content, bs, len(keys), branch))
-        return keys
+        self.chains = ChainMemo(pool.block_size)  # a request's page keys, computed once
 
     def lookup(self, mgr, content: object, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the tree holds now."""
         most = max(num_tokens - 1, 0) // self.block_size
         if not most or not self.tree.root.children:
             return 0
-        keys = self.keys(content, branch_of(seq_id), most)
+        # The whole chain the admission will want, so that it is hashed once.
+        keys = self.chains.chain(content, branch_of(seq_id), num_tokens // self.block_size)
         return self.tree.match(keys, most)[3] * self.block_size
 
     # ------------------------------------------------------------- admission
@@ -92,7 +78,7 @@ class RadixCache:
         need = 0
         for seq_id in seq_ids:
             branch = branch_of(seq_id)
-            keys = self.keys(content, branch, full)
+            keys = self.chains.chain(content, branch, full)
             node, child, c, m = tree.match(keys, most)
             if child is not None and not child.lock_ref:
                 to_lock[child] = max(to_lock.get(child, 0), c)
@@ -157,7 +143,7 @@ class RadixCache:
         """Block ``index`` of ``seq`` is full: its key joins the sequence's (the page
         joins the tree when the sequence is freed)."""
         seq.hashes.append(h if h is not None
-                          else block_key(seq.content, self.block_size, index, seq.branch))
+                          else self.chains.next_hash(seq.content, seq.branch, seq.hashes))
         return seq.table[index]
 
     def forked(self, mgr, parent: Seq, child: Seq) -> None:
