@@ -112,3 +112,48 @@ def test_without_root_no_user_switch_is_tried(tmp_path: Path) -> None:
         assert "not run as root" in notes and seen["uid"] == os.getuid()
     else:
         assert "runs as the unprivileged user" in notes or "stays root" in notes
+
+
+_LIMIT_TESTS = '''\
+import adapters
+import pytest
+
+
+@pytest.mark.lab1_1
+def test_loops_forever():
+    assert adapters.value() == 1
+
+
+@pytest.mark.lab1_1
+def test_after_the_stopped_call():
+    assert adapters.toy.ok() == 1
+
+
+@pytest.mark.lab1_2
+def test_asks_too_much_memory():
+    assert adapters.toy.hog() == 1
+'''
+
+
+def test_a_call_past_its_limit_or_the_memory_fails_its_test_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One call that never returns is stopped at the call limit (its test fails, the next
+    test gets a fresh worker); 8 GiB asked for is a MemoryError in the worker, over its
+    4 GiB data limit, not in the graders."""
+    from test_labs import _toy_lab
+
+    from pagedsim.labs import grade, grading
+
+    monkeypatch.setattr(grading, "CALL_LIMIT_S", 3.0)
+    labs = _toy_lab(tmp_path, _LIMIT_TESTS)
+    (labs / "lab1_toy" / "toy.py").write_text(
+        "def value():\n    # BEGIN SOLUTION lab 1.1: loop\n    while True:\n        pass\n"
+        "    # END SOLUTION\n\n\ndef ok():\n    return 1\n\n\n"
+        "def hog():\n    return len(bytearray(8 * 2**30))\n")
+    (labs / "lab1_toy" / "adapters.py").write_text(
+        "import toy\n\n\ndef value():\n    return toy.value()\n")
+    result = grade(1, labs_dir=labs, timeout_s=120)
+    first, second = result.tasks
+    assert (first.passed, first.tests) == (1, 2), result.table()
+    assert "your code ran longer than 3 s in this call and was stopped" in first.output
+    assert (second.passed, second.tests) == (0, 1) and "MemoryError" in second.output

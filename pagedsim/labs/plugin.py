@@ -126,7 +126,7 @@ def _kill_orphans() -> None:
 
 
 def _hypothesis_profile() -> None:
-    """Grade with hypothesis's explain phase off and no example database.
+    """Grade with hypothesis's explain phase off, no example database and no deadline.
 
     When a property fails, the explain phase re-runs it many times to say which inputs
     mattered; on a starter, where every property fails at once, it dominates the run (on
@@ -136,13 +136,16 @@ def _hypothesis_profile() -> None:
     ``@settings(...)`` still sets everything else (max_examples, deadline).
     """
     try:
-        from hypothesis import Phase, settings
+        from hypothesis import HealthCheck, Phase, settings
     except ImportError:
         return
     phases = [p for p in Phase if p.name != "explain"]
     # On top of whatever profile is loaded now (a lab's conftest.py may have loaded one).
+    # No deadline and no too-slow health check: a score must not depend on the machine's
+    # speed or load (every call into the student's code is a round trip to its process).
     settings.register_profile("pagedsim-labs", parent=settings.default, phases=phases,
-                              database=None)
+                              database=None, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("pagedsim-labs")
 
 

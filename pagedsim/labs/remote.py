@@ -48,7 +48,8 @@ class Worker:
 
     def __init__(self, config: dict) -> None:
         self.config = config
-        self.generation = 0
+        #: Which process handles belong to: one more each time a worker ends.
+        self.generation = 1
         self.notes: list[str] = []
         self.output = bytearray()
         self.output_total_bytes = 0
@@ -79,7 +80,6 @@ class Worker:
         os.close(req_r)
         os.close(rep_w)
         self._send_fd, self._recv_fd = req_w, rep_r
-        self.generation += 1
         threading.Thread(target=self._drain, args=(self._proc.stdout,), daemon=True).start()
         reply = self._wait(self.config["start_limit_s"], "to start")
         self.notes = list(reply[1]) if reply and reply[0] == "ready" else []
@@ -109,6 +109,8 @@ class Worker:
             pass
         self._proc.wait()
         self._proc = None
+        self.generation += 1  # its handles are stale from now on
+        self.reads.clear()
 
     def _died(self, what: str) -> WorkerError:
         proc = self._proc
