@@ -57,13 +57,21 @@ def confine(workdir: Path, memory_bytes: int, cpu_s: int, forbidden: tuple[str, 
 
 
 def _limits(memory_bytes: int, cpu_s: int, file_bytes: int) -> str:
-    for which, value in ((resource.RLIMIT_DATA, memory_bytes), (resource.RLIMIT_CPU, cpu_s),
-                         (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_CORE, 0)):
+    refused = []
+    for name, which, value in (("data", resource.RLIMIT_DATA, memory_bytes),
+                               ("CPU", resource.RLIMIT_CPU, cpu_s),
+                               ("file size", resource.RLIMIT_FSIZE, file_bytes),
+                               ("core files", resource.RLIMIT_CORE, 0)):
         soft, hard = resource.getrlimit(which)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(which, (value, value if hard == resource.RLIM_INFINITY else hard))
+        try:
+            resource.setrlimit(which, (value, value if hard == resource.RLIM_INFINITY
+                                       else hard))
+        except (ValueError, OSError):  # a system that refuses one (macOS: data)
+            refused.append(name)
     return (f"limits: {memory_bytes / 2**30:g} GiB of data, {cpu_s} s of CPU, files up to "
-            f"{file_bytes / 2**20:g} MiB")
+            f"{file_bytes / 2**20:g} MiB" + (f" (refused here: {', '.join(refused)})"
+                                             if refused else ""))
 
 
 def _user_to_become() -> pwd.struct_passwd | str:
@@ -96,7 +104,7 @@ def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, 9, 0, 0, 0)
-    except OSError:
+    except (OSError, AttributeError):  # not Linux (macOS has no prctl)
         pass
 
 
