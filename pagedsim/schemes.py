@@ -122,12 +122,17 @@ def make_allocator(scheme: str, capacity_slots: int, block_size: int = 16,
                    max_num_seqs: int = 256, align_slots: int = 1) -> Allocator:
     """An empty allocator for ``scheme`` over a pool of ``capacity_slots`` token slots
     (paged: ``capacity_slots // block_size`` blocks of ``block_size`` slots); see
-    :class:`PoolSpec` for the rest."""
+    :class:`PoolSpec` for the rest. Every allocator it builds knows ``max_model_len``,
+    the model's context, which the scheduler enforces for every scheme (paged blocks have
+    no limit of their own; contiguous regions and vAttention's virtual ones do)."""
     entry = get_scheme(scheme)
     if isinstance(model, str):
         model = get_model(model)
-    return entry.build(PoolSpec(capacity_slots, block_size, max_model_len, model,
-                                max_num_seqs, align_slots))
+    alloc = entry.build(PoolSpec(capacity_slots, block_size, max_model_len, model,
+                                 max_num_seqs, align_slots))
+    if getattr(alloc, "max_model_len", None) is None:
+        alloc.max_model_len = max_model_len
+    return alloc
 
 
 def register_kv_cache(family: str, cls: type) -> None:

@@ -55,6 +55,9 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         self.cache = cache
         self._swap_token = object()  # marks the groups this manager swapped out
         self._swapped_ids: set[SeqId] = set()  # ids of those groups: not to be reused
+        #: The model's context in tokens, when the registry says it (the scheduler rejects
+        #: longer requests); blocks themselves set no limit. vAttention's regions do.
+        self.max_model_len: int | None = None if regions is None else regions.max_model_len
 
     @property
     def on_release(self):
