@@ -141,10 +141,13 @@ def test_request_longer_than_max_model_len_is_rejected_in_every_scheme(policy):
         assert alloc.num_seqs == 0, name
 
 
-def test_allocator_limit_is_used_when_the_config_sets_none():
-    """simulate() without max_model_len in the config takes the allocator's own limit
-    (contiguous and vAttention regions), so the run no longer aborts."""
-    alloc = make_allocator("contiguous-pow2", 40_960, 16, 512)
+@pytest.mark.parametrize("scheme", ["contiguous-pow2", "vattention", "paged", "prefix-cache",
+                                    "radix", "radix-lfu"])
+def test_allocator_limit_is_used_when_the_config_sets_none(scheme):
+    """simulate() without max_model_len in the config takes the limit of the allocator
+    make_allocator built (contiguous and vAttention regions enforce it; paged blocks were
+    given it by the registry: they used to run the request past the model's context)."""
+    alloc = make_allocator(scheme, 40_960, 16, 512, model=get_model("opt-13b"))
     result = simulate([Request(0, 0.0, 400, 300), Request(1, 0.0, 10, 10)], alloc, COST,
                       progress=False)
     assert [rid for rid, _ in result.rejections] == [0]
