@@ -208,6 +208,15 @@ class ForkRules:
 
     forks = True
 
+    def _fork_or_nothing(self, parent: int, child: int) -> list[KVCopy] | None:
+        """``fork``'s copies, or None when ``OutOfMemoryError`` left all as it was."""
+        before = self.alloc.snapshot()
+        try:
+            return self.alloc.fork(parent, child)
+        except OutOfMemoryError:
+            assert self.alloc.snapshot() == before, "a failed fork changed the allocator"
+            return None
+
     @rule(num_tokens=st.integers(1, 40), extra=st.integers(0, 24), k=st.integers(1, 3))
     def admit_with_forks(self, num_tokens, extra, k):
         """A request admitted with room for k samples to fork later (as the scheduler does)."""
@@ -255,11 +264,8 @@ class ForkRules:
     def fork(self, data):
         parent = data.draw(st.sampled_from(sorted(self.tokens)))
         child = self._new_id()
-        before = self.alloc.snapshot()
-        try:
-            copies = self.alloc.fork(parent, child)
-        except OutOfMemoryError:
-            assert self.alloc.snapshot() == before, "a failed fork changed the allocator"
+        copies = self._fork_or_nothing(parent, child)
+        if copies is None:
             return
         apply_copies(self.mem, self.mem, copies)
         self.tokens[child] = list(self.tokens[parent])
@@ -400,11 +406,8 @@ class RefusalRules:
         parent = data.draw(st.sampled_from(sorted(self.tokens)))
         owner = data.draw(st.sampled_from(sorted(self.held)))
         child = self.held[owner][-1]
-        before = self.alloc.snapshot()
-        try:
-            copies = self.alloc.fork(parent, child)
-        except OutOfMemoryError:
-            assert self.alloc.snapshot() == before, "a failed fork changed the allocator"
+        copies = self._fork_or_nothing(parent, child)
+        if copies is None:
             return
         self.held[owner].pop()
         if not self.held[owner]:
