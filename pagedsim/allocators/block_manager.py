@@ -134,11 +134,10 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
             seq = self._seqs[seq_id]
         except (KeyError, TypeError):
             raise ValueError(f"unknown sequence id {seq_id!r}") from None
-        if seq.room:  # the common case: a free slot in its private last block
-            seq.room -= 1
-            seq.num_tokens += 1
-            slot = seq.next_slot
+        slot = seq.next_slot
+        if slot < seq.end_slot:  # the common case: a free slot in its private last block
             seq.next_slot = slot + 1
+            seq.num_tokens += 1
             return slot, None
         n, bs = seq.num_tokens, self.block_size
         if self.regions is not None:
@@ -146,18 +145,22 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         offset = n % bs
         copy = None
         if offset == 0:  # last block full (or no block yet): take a fresh one
-            block = self._take_one(f"no free block for sequence {seq_id!r}")
+            block = self._take_one(seq_id, "no free block for sequence")
             seq.table.append(block)
             self._num_logical_blocks += 1
             slot = block * bs
+            if self.regions is None and bs > 1:  # _set_room of a fresh private block
+                seq.num_tokens = n + 1
+                seq.next_slot = slot + 1
+                seq.end_slot = slot + bs - (self.cache is not None)
+                return slot, None
         else:
             block = seq.table[-1]
             ref = self._ref
             if ref[block] == 1:
                 slot = block * bs + offset
             else:  # copy-on-write: the last block is shared; give this sequence its own
-                new = self._take_one(f"no free block for the copy-on-write of sequence "
-                                     f"{seq_id!r}")
+                new = self._take_one(seq_id, "no free block for the copy-on-write of sequence")
                 ref[block] -= 1
                 if ref[block] == 1:
                     self._num_shared_blocks -= 1
@@ -195,7 +198,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         if self.regions is not None:
             return self.regions.fork(self, parent_id, parent, child_id)
         self._hold_blocks(parent.table)
-        parent.room = 0  # its last block is shared now: the next append may copy it
+        parent.end_slot = 0  # its last block is shared now: the next append may copy it
         child = self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens,
                                            parent.final_len, parent.content,
                                            branch_of(child_id), list(parent.hashes))
@@ -260,27 +263,31 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         except TypeError:  # unhashable: _check_new_ids says so
             return False
 
-    def _take_one(self, why: str) -> int:
+    def _take_one(self, seq_id: SeqId, why: str) -> int:
+        """A block with one reference for ``seq_id``; ``why`` starts the error's message
+        (formatted only when raised: this is the decode hot path)."""
         try:
             b = self.pool.get_new_block()
         except IndexError:
-            raise OutOfMemoryError(why) from None
+            raise OutOfMemoryError(f"{why} {seq_id!r}") from None
         self._ref[b] = 1
         return b
 
     def _set_room(self, seq: Seq) -> None:
-        """Set ``seq.room`` and ``seq.next_slot`` for the fast path of ``append_slot``."""
+        """Set ``seq.next_slot`` and ``seq.end_slot`` for the fast path of ``append_slot``."""
         bs = self.block_size
         n = seq.num_tokens
         offset = n % bs
         if not offset or self._ref[seq.table[-1]] != 1:
-            seq.room = 0
+            seq.end_slot = 0
             return
-        room = bs - 1 - offset
+        # Up to the block's end; with a prefix cache the filling append takes the general
+        # path, which names the block.
+        room = bs - offset - (self.cache is not None)
         if self.regions is not None:
             room = min(room, self.regions.max_model_len - n)
-        seq.room = room
         seq.next_slot = seq.table[-1] * bs + offset
+        seq.end_slot = seq.next_slot + room
 
     def _hold_blocks(self, blocks: list[int]) -> None:
         """One more reference to each of ``blocks`` (hits, a sibling's, a parent's): a

@@ -9,7 +9,7 @@ class Seq:
     in a caching pool, what names its blocks."""
 
     __slots__ = ("table", "num_tokens", "final_len", "content", "branch", "hashes",
-                 "hit_tokens", "room", "next_slot", "node")
+                 "hit_tokens", "next_slot", "end_slot", "node")
 
     def __init__(self, table: list[int], num_tokens: int, final_len: int | None,
                  content: object = None, branch: int = 0, hashes: list[int] | None = None,
@@ -21,10 +21,10 @@ class Seq:
         self.branch = branch  # tells apart the generated tokens of one request's sequences
         self.hashes = hashes if hashes is not None else []  # of its full blocks, in order
         self.hit_tokens = hit_tokens  # tokens served from the cache at admission
-        # Appends that may write straight to ``next_slot``, ``next_slot + 1``, ... (the
-        # manager's fast path): free slots of a private last block before its last one
-        # (filling a block may name it, so that append takes the general path). 0 when
-        # unsure: the general path then looks and sets it again.
-        self.room = 0
+        # The manager's fast path: appends may write straight to ``next_slot``, then the
+        # next, while below ``end_slot``: free slots of a private last block before its
+        # last one (filling a block may name it, so that append takes the general path).
+        # Both 0 when unsure: the general path then looks and sets them again.
         self.next_slot = 0
+        self.end_slot = 0
         self.node = None  # the radix policy's: the deepest tree node it has locked

@@ -71,10 +71,12 @@ class View:
         for seq_id, seq in self._seqs.items():
             assert len(seq.table) == -(-seq.num_tokens // bs), (
                 f"sequence {seq_id!r}: {len(seq.table)} blocks for {seq.num_tokens} tokens")
-            if seq.room:  # the fast path of append_slot writes to a private last block
+            room = seq.end_slot - seq.next_slot
+            if room > 0:  # the fast path of append_slot writes to a private last block
                 n = seq.num_tokens
-                assert self._ref[seq.table[-1]] == 1 and n % bs + seq.room < bs, (
-                    f"sequence {seq_id!r}: room {seq.room} past its private last block")
+                last = bs - (self.cache is not None)  # a cache names the block's last slot
+                assert self._ref[seq.table[-1]] == 1 and n % bs + room <= last, (
+                    f"sequence {seq_id!r}: room {room} past its private last block")
                 assert seq.next_slot == seq.table[-1] * bs + n % bs, (
                     f"sequence {seq_id!r}: next slot {seq.next_slot} is not its next token's")
             if seq.content is not None:
