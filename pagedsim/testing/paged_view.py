@@ -5,9 +5,11 @@ counts, ``allocate`` / ``append_slot`` / ``free`` (and ``fork`` with copy-on-wri
 scheduler, the simulator, the accounting and the allocator state machine
 (:mod:`pagedsim.testing.allocator_machine`) want pagedsim's narrow
 :class:`~pagedsim.allocators.base.Allocator` interface. :class:`PagedView` provides that
-interface on top of a few accessors, which a lab's ``adapters.py`` implements by reading
-the student's object; everything the student did not write (admission with a watermark,
-whether a group's appends fit, the reserved / internal-fragmentation split) is computed
+interface on top of a few accessors, which by default read the student's object
+(``self.lab``: its calls and its state attributes, named in the class) and a lab's
+``adapters.py`` overrides where its lab differs; everything the student did not write
+(admission with a watermark, whether a group's appends fit, the reserved /
+internal-fragmentation split) is computed
 here from the student's block tables and reference counts, so a wrong table or count
 shows up as a wrong answer.
 
@@ -27,9 +29,9 @@ from .state_checks import check_blocks
 
 
 class PagedView:
-    """pagedsim's allocator interface over a block-table allocator; subclass and implement
-    the accessors (``_allocate`` ... ``ref_count``). ``num_blocks`` blocks of
-    ``block_size`` token slots."""
+    """pagedsim's allocator interface over a block-table allocator (``self.lab``);
+    subclass, set ``self.lab``, and override the accessors where the lab differs.
+    ``num_blocks`` blocks of ``block_size`` token slots."""
 
     kernel_block_slots: int | None
     on_release: Callable[[int, int], None] | None = None
@@ -42,38 +44,66 @@ class PagedView:
         self.kernel_block_slots = block_size
         self._final: dict[Hashable, int | None] = {}  # true final lengths, for accounting
 
-    # ------------------------------------------------- accessors (the lab implements)
+    # ------------------------------------------ accessors (read from ``self.lab``)
+    # By default the lab's object (``self.lab``, set by the adapter) has the calls
+    # ``allocate`` / ``append_slot`` / ``free`` / ``slot_mapping`` (and ``fork``), and
+    # its state in attributes named below; an adapter whose lab differs overrides these.
+    lab: object
+    free_attr, refs_attr, tables_attr, lens_attr = (
+        "free_blocks", "ref_counts", "block_tables", "seq_lens")
+
     def _allocate(self, seq_id: Hashable, num_tokens: int) -> None:
-        raise NotImplementedError
+        self.lab.allocate(seq_id, num_tokens)
 
     def _append(self, seq_id: Hashable) -> AppendResult:
-        raise NotImplementedError
+        """The lab's ``append_slot``: a slot (no sharing yet: never a copy) or a pair."""
+        out = self.lab.append_slot(seq_id)
+        return out if isinstance(out, tuple) else (out, None)
 
     def _free(self, seq_id: Hashable) -> None:
-        raise NotImplementedError
+        self.lab.free(seq_id)
 
     def _fork(self, parent_id: Hashable, child_id: Hashable) -> None:
-        raise NotImplementedError("this allocator has no fork")
-
-    def free_block_ids(self) -> list[int]:
-        """The free list, in its own order."""
-        raise NotImplementedError
-
-    def ref_count(self, block: int) -> int:
-        raise NotImplementedError
-
-    def block_table(self, seq_id: Hashable) -> list[int]:
-        raise NotImplementedError
-
-    def seq_len(self, seq_id: Hashable) -> int:
-        raise NotImplementedError
-
-    def seq_ids(self) -> Iterator[Hashable]:
-        raise NotImplementedError
+        fork = getattr(self.lab, "fork", None)
+        if fork is None:
+            raise NotImplementedError("this allocator has no fork")
+        fork(parent_id, child_id)
 
     def slot_mapping(self, seq_id: Hashable, start: int = 0, end: int | None = None
                      ) -> list[int]:
-        raise NotImplementedError
+        return list(self.lab.slot_mapping(seq_id))[start:end]
+
+    def free_block_ids(self) -> list[int]:
+        """The free list, in its own order."""
+        return list(getattr(self.lab, self.free_attr))
+
+    def ref_count(self, block: int) -> int:
+        return getattr(self.lab, self.refs_attr)[block]
+
+    def block_table(self, seq_id: Hashable) -> list[int]:
+        try:
+            return list(getattr(self.lab, self.tables_attr)[seq_id])
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown sequence id {seq_id!r}") from None
+
+    def seq_len(self, seq_id: Hashable) -> int:
+        return getattr(self.lab, self.lens_attr)[seq_id]
+
+    def seq_ids(self) -> Iterator[Hashable]:
+        return iter(list(getattr(self.lab, self.tables_attr)))
+
+    def share(self, parent_id: Hashable, child_id: Hashable) -> None:
+        """A fork done by hand on the lab's state (for a lab before copy-on-write):
+        ``child_id`` gets a copy of the parent's block table; every block in it gains a
+        reference."""
+        table = self.block_table(parent_id)
+        getattr(self.lab, self.tables_attr)[child_id] = list(table)
+        lens = getattr(self.lab, self.lens_attr)
+        lens[child_id] = lens[parent_id]
+        refs = getattr(self.lab, self.refs_attr)
+        for block in table:
+            refs[block] += 1
+        self._final[child_id] = self._final.get(parent_id)
 
     def counts(self) -> tuple[int, int, int]:
         """``(token_slots, physical_blocks, logical_blocks)``; a lab whose students write
