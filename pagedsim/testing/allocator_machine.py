@@ -21,8 +21,9 @@ lab's, can be tested with the groups it supports:
 - :class:`SwapRules`: ``swap_out`` / ``can_swap_in`` / ``swap_in``;
 - :class:`AccountingRules`: :func:`pagedsim.account` (``usage``, ``num_free_slots``,
   ``external_frag_slots``) partitions the pool and counts a shared slot once;
-- :class:`RefusalRules`: calls that must fail with ``ValueError`` and change nothing (held
-  rooms used as sequences, swapped-out ids reused, duplicates, unknown ids, bad content).
+- :class:`~pagedsim.testing.refusal_rules.RefusalRules`: calls that must fail with
+  ``ValueError`` and change nothing (held rooms used as sequences, swapped-out ids reused,
+  duplicates, unknown ids, bad content), and held rooms forked from other sequences.
 
 :class:`FullAllocatorMachine` has every group (``tests/test_allocator_state.py`` runs
 it on every registered scheme). A subclass says how to build the allocator by
@@ -36,7 +37,7 @@ imports it.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -44,19 +45,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ..accounting import CATEGORIES, SlotAccount, account
 from ..allocators.base import KVCopy
 from ..errors import OutOfMemoryError
+from .kv_copies import apply_copies
+from .refusal_rules import RefusalRules
+
+__all__ = ["AccountingRules", "AllocatorMachine", "ChunkRules", "ForkRules", "FullAllocatorMachine",
+           "RefusalRules", "SwapRules", "apply_copies", "expect_raises"]
 
 ExcTypes = type[BaseException] | tuple[type[BaseException], ...]
-
-
-def apply_copies(src_mem: dict, dst_mem: dict, copies: Iterable[KVCopy]) -> None:
-    """Carry out KVCopy records on the model memories (copy reads first: copies may chain)."""
-    for c in copies:
-        values = [src_mem.get(c.src_slot + i) for i in range(c.num_slots)]
-        for i, v in enumerate(values):
-            if v is None:
-                dst_mem.pop(c.dst_slot + i, None)
-            else:
-                dst_mem[c.dst_slot + i] = v
 
 
 def expect_raises(exc: ExcTypes, fn: Callable[[], object]) -> None:
@@ -364,57 +359,6 @@ class AccountingRules:
             assert sum(getattr(acct, c) for c in CATEGORIES) == self.alloc.capacity_slots
             assert acct.token == len({s for q in self.tokens for s in self.alloc.slot_mapping(q)})
             assert acct.physical_blocks <= acct.logical_blocks
-
-
-class RefusalRules:
-    """Calls that must fail, each with ``ValueError`` and nothing changed (snapshot equal):
-    a room held for a fork used as a running sequence, an id of a swapped-out group given
-    to a new sequence, an id given twice, an unknown id, content that is not a request."""
-
-    @rule(data=st.data())
-    def calls_that_must_fail(self, data):
-        alloc, fresh = self.alloc, self._new_id()
-        calls: list[Callable[[], object]] = [
-            lambda: alloc.append_slot(-99), lambda: alloc.free(-99),
-            lambda: alloc.fork(-99, fresh), lambda: alloc.swap_out([-99]),
-            lambda: alloc.allocate_group([fresh, fresh], 1, 2),
-            lambda: alloc.allocate_group([fresh], 1, 2, content=5),
-        ]
-        held = [c for children in self.held.values() for c in children]
-        if held:  # a room held for a fork is not a running sequence
-            child = data.draw(st.sampled_from(held))
-            calls += [lambda: alloc.append_slot(child), lambda: alloc.extend(child, 1),
-                      lambda: alloc.swap_out([child]), lambda: alloc.fork(child, fresh)]
-        if self.tokens:
-            seq = data.draw(st.sampled_from(sorted(self.tokens)))
-            calls += [lambda: alloc.can_append_all([seq, seq]),
-                      lambda: alloc.swap_out([seq, seq]),
-                      lambda: alloc.allocate_group([seq], 1, 2)]
-        for _, _, moved in self.swapped:  # its ids stay reserved until it comes back
-            gone = next(iter(moved))
-            calls.append(lambda gone=gone: alloc.allocate_group([gone], 1, 2))
-            if self.tokens:
-                calls.append(lambda gone=gone: alloc.fork(next(iter(self.tokens)), gone))
-        for call in calls:
-            self._expect_failure(call, ValueError)
-
-    @precondition(lambda self: self.held and self.tokens)
-    @rule(data=st.data())
-    def fork_held_from_another(self, data):
-        """A held room forked from another (perhaps longer) sequence: it fits, or
-        ``OutOfMemoryError`` leaves everything as it was, the held room included."""
-        parent = data.draw(st.sampled_from(sorted(self.tokens)))
-        owner = data.draw(st.sampled_from(sorted(self.held)))
-        child = self.held[owner][-1]
-        copies = self._fork_or_nothing(parent, child)
-        if copies is None:
-            return
-        self.held[owner].pop()
-        if not self.held[owner]:
-            del self.held[owner]
-        apply_copies(self.mem, self.mem, copies)
-        self.tokens[child] = list(self.tokens[parent])
-        self.finals[child] = self.finals[parent]
 
 
 class FullAllocatorMachine(RefusalRules, ForkRules, ChunkRules, SwapRules, AccountingRules,

@@ -1,0 +1,18 @@
+"""The state machines' model of a KV cache: copies carried out on ``slot -> value`` dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..allocators.base import KVCopy
+
+
+def apply_copies(src_mem: dict, dst_mem: dict, copies: Iterable[KVCopy]) -> None:
+    """Carry out KVCopy records on the model memories (copy reads first: copies may chain)."""
+    for c in copies:
+        values = [src_mem.get(c.src_slot + i) for i in range(c.num_slots)]
+        for i, v in enumerate(values):
+            if v is None:
+                dst_mem.pop(c.dst_slot + i, None)
+            else:
+                dst_mem[c.dst_slot + i] = v
