@@ -19,7 +19,7 @@ from pagedsim.budget import PAPER_OPT_13B
 from pagedsim.cli import build_parser, main
 from pagedsim.cli import simulate as simulate_cli
 from pagedsim.cli import sweep as sweep_cli
-from pagedsim.experiments import Experiment, run_many, sweep_base
+from pagedsim.experiments import Experiment, run_many, run_one, sweep_base
 from pagedsim.experiments import runner as runner_module
 from pagedsim.experiments.spec import DEFAULT_NUM_REQUESTS
 from pagedsim.experiments.sweeps import SWEEPS, SWEPT_FIELDS_OF
@@ -312,7 +312,7 @@ def bars(monkeypatch: pytest.MonkeyPatch) -> list[FakeBar]:
 
 def test_the_bar_counts_requests_as_they_finish(bars: list[FakeBar],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner_module, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(run_one, "PROGRESS_EVERY_S", 0.0)
     tasks = [(Experiment(num_requests=30), s) for s in ("contiguous-max", "paged")]
     run_many(tasks, jobs=1, progress=True)
     (bar,) = bars

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from pagedsim.cli import main
-from pagedsim.experiments import Experiment, compare, runner, sweep_block_size
+from pagedsim.experiments import Experiment, compare, run_one, sweep_block_size
 from pagedsim.experiments import dask_runner as dask_runner_module
 from pagedsim.experiments.dask_runner import DaskError, DaskRunner
 
@@ -113,7 +113,7 @@ def test_progress_advances_once_per_finished_future(threads_cluster: object) -> 
 def test_failed_configuration_is_reported_and_the_others_written(
         threads_cluster: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    real = runner.run_scheme
+    real = run_one.run_scheme
     tries: list[int] = []
 
     def flaky(exp: Experiment, scheme: str, **kw: object) -> object:
@@ -122,7 +122,7 @@ def test_failed_configuration_is_reported_and_the_others_written(
             raise RuntimeError("boom at block 16")
         return real(exp, scheme, **kw)
 
-    monkeypatch.setattr(runner, "run_scheme", flaky)
+    monkeypatch.setattr(run_one, "run_scheme", flaky)
     status = main([*SWEEP, "--dask", threads_cluster.scheduler_address,
                    "--out", str(tmp_path)])
     err = capsys.readouterr().err.splitlines()
@@ -145,7 +145,7 @@ def test_every_configuration_failed(threads_cluster: object, tmp_path: Path,
     def broken(exp: Experiment, scheme: str, **kw: object) -> object:
         raise ValueError(f"no {scheme}")
 
-    monkeypatch.setattr(runner, "run_scheme", broken)
+    monkeypatch.setattr(run_one, "run_scheme", broken)
     status = main(["compare", "--schemes", "contiguous-max,paged", "--num-requests", "20",
                    "--quiet", "--dask", threads_cluster.scheduler_address,
                    "--out", str(tmp_path)])

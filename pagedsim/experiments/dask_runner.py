@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PagedSimError
+from . import run_one
 
 if TYPE_CHECKING:  # pragma: no cover
     from .spec import Experiment
@@ -113,9 +114,7 @@ def task_params(exp: Experiment, scheme: str) -> dict[str, Any]:
 def _run_task(exp: Experiment, scheme: str, keep_steps: bool) -> Any:
     """What a worker runs for one configuration. ``run_scheme`` is looked up when called,
     so the worker runs the function of its own pagedsim import."""
-    from . import runner
-
-    return runner.run_scheme(exp, scheme, progress=False, keep_steps=keep_steps)
+    return run_one.run_scheme(exp, scheme, progress=False, keep_steps=keep_steps)
 
 
 def code_fingerprint() -> str:

@@ -1,5 +1,6 @@
-"""Running experiments: one scheme (:func:`run_scheme`), many in parallel (:func:`run_many`),
-and every scheme on one workload (:func:`compare`), plus the frames built from the results.
+"""Running experiments: many runs in parallel (:func:`run_many`), and every scheme on one
+workload (:func:`compare`), plus the frames built from the results. One run is
+:func:`~pagedsim.experiments.run_one.run_scheme` (importable from here too).
 
 Runs are independent and seeded, so they go to separate processes through joblib, or to
 a Dask cluster inside ``with DaskRunner(address):`` (:mod:`.dask_runner`), and the results
@@ -12,79 +13,23 @@ import math
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..accounting import CATEGORIES
-from ..metrics import summarize
 from ..schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
+from .dask_runner import active_runner
+from .run_one import PROGRESS_EVERY_S, run_scheme
 from .spec import JSON_KEYS, PARTS, Experiment, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-
-def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
-               keep_steps: bool = True, on_progress: Callable[[int], None] | None = None,
-               ) -> tuple[dict[str, Any], pd.DataFrame | None]:
-    """Simulate ``exp`` under ``scheme``; returns (summary, per-step frame or None).
-
-    A module-level function so joblib can send it to worker processes. The summary is
-    :func:`pagedsim.metrics.summarize` plus ``preempted_requests`` (requests preempted at
-    least once; ``preemptions`` counts preemption events) and the experiment's
-    parameters. ``progress``: the simulator's own tqdm bar. ``on_progress(done)`` is
-    called with the number of requests done (finished or rejected) as the run advances,
-    at most every :data:`PROGRESS_EVERY_S` seconds of wall time, and once at the end
-    with all of them.
-    """
-    from ..schemes import make_allocator
-    from ..simulator import REQUEST_COLUMNS, simulate
-
-    sched = exp.scheduler_config()
-    alloc = make_allocator(scheme, exp.capacity_slots(), exp.block_size, exp.max_model_len,
-                           model=exp.model, max_num_seqs=sched.max_num_seqs)
-    requests = exp.requests()
-    on_step = None if on_progress is None else _step_counter(on_progress)
-    result = simulate(requests, alloc, exp.cost_model(), sched,
-                      scheme=scheme, progress=progress, on_step=on_step)
-    if on_progress is not None:
-        on_progress(len(requests))
-    steps = result.steps()
-    summary = summarize(result, steps)
-    # ``preemptions`` counts events; a request may be preempted several times.
-    k = REQUEST_COLUMNS.index("num_preemptions")
-    summary["preempted_requests"] = sum(1 for row in result.request_rows if row[k])
-    summary.update(block_size=exp.block_size, rate_per_s=exp.arrival_rate_per_s(requests),
-                   n=exp.n, beam_width=exp.beam_width, preemption=exp.preemption,
-                   workload=exp.workload, seed=exp.seed)
-    return summary, (steps if keep_steps else None)
-
-
-#: Seconds of wall time between two progress reports of one run (:func:`run_scheme`).
-PROGRESS_EVERY_S = 0.25
-
-
-def _step_counter(report: Callable[[int], None]) -> Callable[[Any, Any], None]:
-    """An ``on_step`` hook for :func:`pagedsim.simulator.simulate` that counts requests
-    finished or rejected and calls ``report(done)`` at most every
-    :data:`PROGRESS_EVERY_S` seconds."""
-    done = 0
-    last = time.monotonic()
-
-    def on_step(sched: Any, plan: Any) -> None:
-        nonlocal done, last
-        if plan.finished or plan.rejected:
-            done += len(plan.finished) + len(plan.rejected)
-            now = time.monotonic()
-            if now - last >= PROGRESS_EVERY_S:
-                last = now
-                report(done)
-
-    return on_step
+__all__ = ["PROGRESS_EVERY_S", "Comparison", "compare", "json_rows", "run_many", "run_scheme",
+           "shares_frame", "task_requests"]
 
 
 def task_requests(tasks: Sequence[tuple[Experiment, str]]) -> list[int]:
@@ -127,8 +72,6 @@ def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
     advance (worker processes report through a multiprocessing manager's queue, every
     :data:`PROGRESS_EVERY_S` s); on a Dask cluster it counts finished runs.
     """
-    from .dask_runner import active_runner
-
     if progress is None:
         progress = sys.stderr.isatty()
     runner = active_runner()
