@@ -29,7 +29,7 @@ import stat
 from pathlib import Path
 
 from .kv_spec import LayerKV, full, mla, sliding
-from .specs import ModelSpec
+from .model_spec import ModelSpec
 from .user_files import file_kind
 
 #: Largest config.json read (bytes): real ones are a few KiB; this bounds memory.

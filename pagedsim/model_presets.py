@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from .specs import ModelSpec
+from .hf_config import model_from_config
+from .model_spec import ModelSpec
 from .units import GiB
 
 #: The data file, inside the ``pagedsim`` package.
@@ -34,8 +35,6 @@ def _weights_bytes(entry: dict) -> int:
 
 def load_model_presets() -> dict[str, ModelSpec]:
     """Every preset of the data file, by name."""
-    from .hf_config import model_from_config  # here: hf_config imports specs
-
     out: dict[str, ModelSpec] = {}
     for entry in preset_entries():
         spec = model_from_config(entry["config"], entry["name"],

@@ -1,4 +1,4 @@
-"""Model and GPU specifications, with presets.
+"""Model and GPU presets (the model's own specification is :mod:`pagedsim.model_spec`).
 
 Memory is counted in bytes; presets quote GPU memory in binary units
 (1 GiB = 2**30 bytes, see :mod:`pagedsim.units`).
@@ -8,86 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kv_spec import LayerKV, full
+from .hf_config import load_config, looks_like_config_path
+from .model_presets import load_model_presets
+from .model_spec import ModelSpec
 from .units import GiB, MiB
 from .validate import check_int
 
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """The shape of a decoder-only transformer, as far as the KV cache cares.
-
-    ``weights_bytes`` is the size of the weights in the serving dtype;
-    ``max_model_len`` is the longest sequence (prompt + output, in tokens) it serves.
-
-    ``layers`` is the per-layer KV spec (:mod:`pagedsim.kv_spec`) of models that are not
-    all full attention with ``num_kv_heads`` x ``head_dim`` (sliding-window, MLA and hybrid
-    models); empty means that uniform stack, the seed's formula. ``dtype_bytes`` is the
-    serving dtype's size, which the KV cache takes unless told otherwise (fp8).
-    ``source`` says where the facts come from (a Hugging Face config.json).
-    """
-
-    name: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    dtype_bytes: int
-    weights_bytes: int
-    max_model_len: int
-    layers: tuple[LayerKV, ...] = ()
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "dtype_bytes",
-                      "max_model_len"):
-            check_int(f"{self.name}: {field}", getattr(self, field), minimum=1)
-        check_int(f"{self.name}: weights_bytes", self.weights_bytes, minimum=0)
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
-                f"num_kv_heads ({self.num_kv_heads})"
-            )
-        if not isinstance(self.layers, tuple) or not all(
-                isinstance(layer, LayerKV) for layer in self.layers):
-            raise TypeError(f"{self.name}: layers must be a tuple of LayerKV, "
-                            f"got {type(self.layers).__name__}")
-        if self.layers and len(self.layers) != self.num_layers:
-            raise ValueError(f"{self.name}: {len(self.layers)} layer specs for "
-                             f"num_layers {self.num_layers}")
-
-    @property
-    def kv_layers(self) -> tuple[LayerKV, ...]:
-        """The per-layer KV spec: ``layers``, or ``num_layers`` full-attention layers."""
-        return self.layers or (full(self.num_kv_heads, self.head_dim),) * self.num_layers
-
-    @property
-    def is_uniform_full_attention(self) -> bool:
-        """Whether every layer is full attention with the model's kv heads x head_dim
-        (the seed's formula holds exactly)."""
-        return all(layer == full(self.num_kv_heads, self.head_dim) for layer in self.layers)
-
-    @property
-    def bytes_per_token(self) -> int:
-        """KV-cache bytes for one token across all layers: 2 (K and V) x layers x kv heads
-        x head_dim x dtype bytes for a uniform model; otherwise the sum of the layers'
-        bytes per token (an MLA layer its latent, no factor 2). A sliding-window layer
-        counts as much per token as a full one (the simulator keeps every token of it;
-        vLLM's hybrid budget, :mod:`pagedsim.vllm_kv`, keeps only the window); state and
-        no-KV layers count nothing per token."""
-        if not self.layers:
-            return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
-        return sum(layer.bytes_per_token(self.dtype_bytes) for layer in self.layers)
-
-    @property
-    def hidden_size(self) -> int:
-        """Width of the residual stream (num_heads x head_dim)."""
-        return self.num_heads * self.head_dim
-
-    @property
-    def num_params(self) -> int:
-        """Parameter count implied by ``weights_bytes`` and the dtype."""
-        return self.weights_bytes // self.dtype_bytes
+__all__ = ["GPUS", "MODELS", "GpuSpec", "ModelSpec", "get_gpu", "get_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +56,6 @@ MODELS: dict[str, ModelSpec] = {
 def _add_current_models() -> None:
     """Today's models (Llama 3.1 with its 128K context, Qwen3, Mistral, gpt-oss, Gemma 3,
     DeepSeek-V3), read from the package's data file by :mod:`pagedsim.model_presets`."""
-    from .model_presets import load_model_presets  # here: it builds ModelSpecs
-
     for name, spec in load_model_presets().items():
         if name in MODELS:
             raise ValueError(f"model preset {name!r} is defined twice")
@@ -163,8 +88,6 @@ def get_model(name: str) -> ModelSpec:
     except TypeError:
         raise TypeError(f"model must be a preset name or a config.json path, got {name!r}"
                         ) from None
-    from .hf_config import load_config, looks_like_config_path  # here: it imports specs
-
     if isinstance(name, str) and looks_like_config_path(name):
         return load_config(name)
     raise ValueError(f"unknown model {name!r}; valid: {', '.join(MODELS)}, or a path to "
