@@ -146,3 +146,59 @@ def test_nothing_uses_the_bare_name_kernels() -> None:
                       for m in _BARE.finditer(text)]
     offenders = [o for o in offenders if not o.startswith("tests/test_import.py")]
     assert offenders == []
+
+
+def _module_imports(root: Path) -> dict[str, set[str]]:
+    """Module -> the pagedsim modules it imports, at its top or inside its functions
+    (``if TYPE_CHECKING:`` blocks are not imports at run time)."""
+    import ast
+
+    def run_time_nodes(tree: ast.AST):
+        for node in ast.iter_child_nodes(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            yield node
+            yield from run_time_nodes(node)
+
+    mods = {}
+    for path in root.rglob("*.py"):
+        parts = path.with_suffix("").relative_to(root.parent).parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        deps = set()
+        for node in run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = package[:len(package) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                deps |= {t for t in (target, *(f"{target}.{a.name}" for a in node.names))
+                         if t in mods}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in mods}
+        graph[name] = deps - {name}
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    """The layout's one-way data flow: no module imports one that imports it back, not
+    even inside a function (a package's ``__init__`` re-exporting its modules is not a
+    cycle)."""
+    graph = _module_imports(ROOT / "pagedsim")
+    packages = {m for m in graph if (ROOT / m.replace(".", "/") / "__init__.py").exists()}
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        for dep in sorted(graph[module] - packages):
+            if dep in path:
+                cycles.append(path[path.index(dep):] + [dep])
+            elif dep not in seen:
+                seen.add(dep)
+                visit(dep, path + [dep])
+
+    seen: set[str] = set()
+    for module in sorted(graph.keys() - packages):
+        if module not in seen:
+            seen.add(module)
+            visit(module, [module])
+    assert cycles == []

@@ -19,21 +19,18 @@ holds, at its root:
 
 from __future__ import annotations
 
-import ast
 import shlex
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from .meta import LabError, LabInfo, get_lab
 from .release import release_lab
+from .requirements import KERNEL_IMPORTS, KNOWN_REQUIREMENTS, lab_requirements
 
-#: Import name -> pip requirement, for what graders commonly import; the pins are
-#: pyproject's (its ``dev`` extra; tests/test_labs.py keeps them equal).
-KNOWN_REQUIREMENTS = {"pytest": "pytest>=8", "hypothesis": "hypothesis>=6.100"}
-#: Imports that call for the extra ``pagedsim[kernels]`` (torch and triton).
-KERNEL_IMPORTS = ("torch", "triton", "pagedsim.kernels")
+__all__ = ["KERNEL_IMPORTS", "KNOWN_REQUIREMENTS", "TORCH_CPU_INDEX", "TORCH_PIN",
+           "build_autograder", "lab_requirements", "run_script", "setup_script", "source_root"]
+
 #: Where setup.sh gets a CPU-only torch (the default wheel carries CUDA, gigabytes of it).
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 #: The torch setup.sh installs for the kernel labs (the version the project is tested on).
@@ -54,35 +51,6 @@ def source_root() -> Path:
                        f"(pyproject.toml, README.md, pagedsim/ and kernels/ in one folder); "
                        f"{root} is not one")
     return root
-
-
-def lab_requirements(lab: LabInfo, folder: Path | None = None) -> tuple[list[str], bool]:
-    """What the lab's graders need besides pagedsim: pip requirements, and whether they
-    import torch/triton (the extra ``pagedsim[kernels]``). Found from the imports of every
-    ``.py`` file in ``folder`` (default: the lab folder, ``mutants.py`` left out)."""
-    folder = lab.path if folder is None else folder
-    files = [p for p in sorted(folder.glob("*.py")) if p.name != "mutants.py"]
-    local = {p.stem for p in files}
-    names: set[str] = set()
-    for path in files:
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        except SyntaxError:
-            continue  # a starter can be broken mid-exercise; its imports are the reference's
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module)
-                names.update(f"{node.module}.{a.name}" for a in node.names)
-    kernels = any(n == k or n.startswith(k + ".") for n in names for k in KERNEL_IMPORTS)
-    tops = {n.partition(".")[0] for n in names}
-    third_party = sorted(t for t in tops - local - {"pagedsim", "torch", "triton", "__future__"}
-                         if t not in sys.stdlib_module_names)
-    requirements = [KNOWN_REQUIREMENTS["pytest"]]
-    requirements += [KNOWN_REQUIREMENTS.get(t, t) for t in third_party if t != "pytest"]
-    requirements += [r for r in lab.requires if r not in requirements]
-    return requirements, kernels
 
 
 def setup_script(lab: LabInfo, requirements: list[str], kernels: bool) -> str:

@@ -45,6 +45,7 @@ from .meta import (
 )
 from .mutants import get_mutant
 from .prefork import FIXED_ENV, Prefork
+from .requirements import lab_requirements
 from .results import LabResult, TaskScore
 
 #: Files of a lab folder that never go into a grading or released copy.
@@ -201,7 +202,6 @@ def _missing_message(lab: LabInfo, missing: list[str], where: Path) -> str:
 
 def _worker_config(lab: LabInfo, folder: Path, timeout_s: float) -> dict:
     """The worker's settings (:class:`pagedsim.labs.remote.Worker`)."""
-    from .autograder import lab_requirements  # (autograder imports this module)
 
     kernels = lab_requirements(lab)[1]
     return {"folder": str(folder), "modules": list(lab.remote_modules),
