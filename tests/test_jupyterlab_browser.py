@@ -168,6 +168,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
     root_dir = tmp_path / "notebooks"
     root_dir.mkdir()
     shutil.copy(NOTEBOOK, root_dir / NOTEBOOK.name)
+    shutil.copy(NOTEBOOK.parent / "predict.py", root_dir)  # its prediction exercises' checks
     home = tmp_path / "jupyter"
     settings = home / "lab-settings"
     for rel, values in LAB_SETTINGS.items():

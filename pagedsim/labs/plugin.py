@@ -82,13 +82,28 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     worker.close()
     _kill_orphans()
-    import resource
-
     _write({"kind": "worker", "notes": worker.notes,
             "output": worker.output.decode("utf-8", errors="replace"),
             "output_bytes": worker.output_total_bytes,
-            # Linux counts KiB: this process's peak, whatever the student's code printed.
-            "grader_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
+            "grader_peak_rss_bytes": _peak_rss_bytes()})
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident memory, whatever the student's code printed: Linux's
+    VmHWM (``ru_maxrss`` would carry over the forking parent's peak through exec), else
+    ``ru_maxrss`` (KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def _become_subreaper() -> None:

@@ -9,12 +9,12 @@ lab leaves ``OUT`` untouched.
 
 from __future__ import annotations
 
-import ast
 import shutil
 from pathlib import Path
 
 from .grading import IGNORED
 from .meta import LabError, LabInfo, find_labs_dir, list_labs
+from .pysource import parse
 from .regions import RegionError, parse_regions, strip_regions
 
 #: The text no released file may hold (it would mean a solution leaked).
@@ -33,7 +33,7 @@ def stripped_files(lab: LabInfo) -> dict[str, str]:
         covered |= {r.marker for r in parse_regions(source, where, lab.markers)}
         text = strip_regions(source, where, lab.markers)
         try:
-            ast.parse(text, filename=where)
+            parse(text, filename=where)
         except SyntaxError as exc:
             raise RegionError(f"{where}:{exc.lineno}: the released file does not parse "
                               f"({exc.msg}); a region must hold whole statements") from None

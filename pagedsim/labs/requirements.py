@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .meta import LabInfo
+from .pysource import parse
 
 #: Import name -> pip requirement, for what graders commonly import; the pins are
 #: pyproject's (its ``dev`` extra; tests/test_labs.py keeps them equal).
@@ -27,7 +28,7 @@ def lab_requirements(lab: LabInfo, folder: Path | None = None) -> tuple[list[str
     names: set[str] = set()
     for path in files:
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            tree = parse(path.read_text(encoding="utf-8"), filename=str(path))
         except SyntaxError:
             continue  # a starter can be broken mid-exercise; its imports are the reference's
         for node in ast.walk(tree):
