@@ -7,7 +7,7 @@ is in use (``python -m pagedsim.kernels`` prints why).
 """
 
 from .backend import BACKEND, BACKENDS, DEVICE, INFO, BackendInfo  # noqa: I001  (must be first)
-from pagedsim.schemes import register_kv_cache
+from pagedsim.memory.schemes import register_kv_cache
 from .attention import (
     choose_num_splits,
     paged_attention,

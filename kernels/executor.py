@@ -24,12 +24,12 @@ write into it, even when it is handed out again in the same step. A prefix cache
 also hand out a block in the same step as the prefill that computes it (two requests of
 one group admitted together); the model writes every prefill's K/V of a layer before
 any prefill reads it back. Token ids come from the request's content
-(:func:`pagedsim.prompts.prompt_tokens`, folded into the model's vocabulary), so equal
+(:func:`pagedsim.workloads.prompts.prompt_tokens`, folded into the model's vocabulary), so equal
 pieces are equal tokens; outputs that the content names (a multi-turn chat, whose next
 turn repeats them) are taken from it rather than sampled, else a later turn's cache hit
 would be K/V of other tokens.
 
-Order of work in a step (see :mod:`pagedsim.plan`): scrub released memory (except what
+Order of work in a step (see :mod:`pagedsim.engine.plan`): scrub released memory (except what
 this step swaps out), fork copies, read swap-outs to the CPU and scrub them,
 copy-on-write copies, swap-ins, then the model (prefills, then decodes). Forks come
 first because the scheduler forks before it preempts: a fork writes only into memory
@@ -45,10 +45,10 @@ from dataclasses import replace
 
 import torch
 
-from pagedsim.plan import StepPlan
-from pagedsim.prompts import named_tokens, prompt_tokens
-from pagedsim.scheduler import Scheduler
-from pagedsim.workload import Request
+from pagedsim.engine.plan import StepPlan
+from pagedsim.engine.scheduler import Scheduler
+from pagedsim.workloads.prompts import named_tokens, prompt_tokens
+from pagedsim.workloads.workload import Request
 
 from .kv_cache import KVCache, SwappedKV
 from .model import Decoder
@@ -100,7 +100,7 @@ class RealExecutor:
 
     def _content(self, request: Request) -> list[int]:
         """The token ids the request's content names: its prompt, then the outputs its
-        pieces name (``output_in_pieces``, as :func:`pagedsim.prompts.block_key` reads
+        pieces name (``output_in_pieces``, as :func:`pagedsim.workloads.prompts.block_key` reads
         them), folded into the model's vocabulary. Equal pieces give equal ids, which is
         what makes a prefix cache's shared K/V the right K/V. A request without pieces
         holds prompt ids of its own, seeded by ``(seed, request_id)``."""

@@ -58,8 +58,9 @@ import torch
 import pagedsim
 from pagedsim.cli.base import ArgumentParser, CliError, name_the_flag
 from pagedsim.cli.outdir import prepare_out
-from pagedsim.schemes import get_scheme, kv_cache_class
-from pagedsim.sharing_workloads import (
+from pagedsim.memory.schemes import get_scheme, kv_cache_class
+from pagedsim.validate import check_choice
+from pagedsim.workloads.sharing_workloads import (
     SHARING_WORKLOAD_NAMES,
     FewShotConfig,
     MultiTurnConfig,
@@ -68,7 +69,6 @@ from pagedsim.sharing_workloads import (
     generate_multi_turn,
     generate_system_prompt,
 )
-from pagedsim.validate import check_choice
 
 from .executor import RealExecutor
 from .model import Decoder, ModelConfig

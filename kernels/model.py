@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import pagedsim
-from pagedsim.schemes import kv_cache_class
+from pagedsim.memory.schemes import kv_cache_class
 
 from .backend import DEVICE
 from .kv_cache import KVCache, KVCacheConfig
@@ -204,7 +204,7 @@ class Decoder:
     def make_cache(self, num_blocks: int, block_size: int = 16, scheme: str = "paged",
                    max_model_len: int = 2048) -> KVCache:
         """A cache shaped for this model over a fresh allocator of ``scheme`` (any name in
-        :mod:`pagedsim.schemes` with a registered cache class, e.g. ``"paged"`` or
+        :mod:`pagedsim.memory.schemes` with a registered cache class, e.g. ``"paged"`` or
         ``"contiguous-oracle-first-fit"``); ``max_model_len`` in tokens."""
         c = self.config
         config = KVCacheConfig(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks,

@@ -4,7 +4,7 @@ vAttention (Prabhu et al., ASPLOS'25) reserves, for every request, a *virtual* r
 ``max_model_len`` tokens in each layer's K and V tensor and maps physical pages (2 MiB
 or 64 KiB per layer and K/V tensor) into it as the request grows. The attention kernel
 then sees each request's K and V as one contiguous ``[seq_len, KVH, D]`` tensor: it
-needs no block table. :class:`pagedsim.allocators.vattention.VAttentionAllocator`
+needs no block table. :class:`pagedsim.memory.vattention.VAttentionAllocator`
 accounts for those pages; this module is its mirror on real tensors.
 
 Layout. Each layer's K (and V) pool is ``num_pages`` pages of ``page_tokens`` token
@@ -40,12 +40,12 @@ from dataclasses import replace
 import torch
 
 import pagedsim
-from pagedsim.allocators.vattention import (
+from pagedsim.memory.schemes import get_scheme
+from pagedsim.memory.vattention import (
     PAGE_BYTES_OPTIONS,
     VAttentionAllocator,
     page_tokens_for,
 )
-from pagedsim.schemes import get_scheme
 
 from .checks import MAX_BLOCK_SIZE
 from .kv_cache import KVCache, KVCacheConfig, SeqId

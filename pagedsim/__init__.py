@@ -5,8 +5,11 @@ The real kernels are the subpackage ``pagedsim.kernels`` (torch, triton), import
 when asked for; its source is the repository's top-level ``kernels/`` folder.
 """
 
-from .accounting import CATEGORIES, SlotAccount, account
-from .allocators import (
+from .engine.cost import CostModel
+from .engine.scheduler import Scheduler, SchedulerConfig
+from .engine.simulator import SimResult, simulate
+from .errors import OutOfMemoryError, PagedSimError
+from .memory import (
     Allocator,
     ContiguousAllocator,
     KVCopy,
@@ -14,15 +17,12 @@ from .allocators import (
     SlotUsage,
     SwappedGroup,
 )
-from .budget import KVBudget, kv_budget
-from .cost import CostModel
-from .errors import OutOfMemoryError, PagedSimError
-from .scheduler import Scheduler, SchedulerConfig
-from .schemes import DEFAULT_SCHEMES, make_allocator
-from .simulator import SimResult, simulate
-from .specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu, get_model
-from .traces import Trace, TraceError, load_trace, save_trace
-from .workload import Request, WorkloadConfig, generate_workload, summarize_workload
+from .memory.accounting import CATEGORIES, SlotAccount, account
+from .memory.schemes import DEFAULT_SCHEMES, make_allocator
+from .models.budget import KVBudget, kv_budget
+from .models.specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu, get_model
+from .workloads.traces import Trace, TraceError, load_trace, save_trace
+from .workloads.workload import Request, WorkloadConfig, generate_workload, summarize_workload
 
 __all__ = [
     "DEFAULT_SCHEMES",

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from .allocators.contiguous import ContiguousAllocator
-from .allocators.paged import PagedAllocator
-from .allocators.prefix_cache import HASH_MEMO_ENTRIES, PrefixCachingAllocator
 from .bench_mixed import mixed_report
-from .workload import Request
+from .memory.contiguous import ContiguousAllocator
+from .memory.paged import PagedAllocator
+from .memory.prefix_cache import HASH_MEMO_ENTRIES, PrefixCachingAllocator
+from .workloads.workload import Request
 
 
 def _best(fn, repeats: int) -> float:
@@ -146,11 +146,11 @@ def bench_contiguous_allocate_free(num_ops: int = 100_000, repeats: int = 3) -> 
 def bench_scheduler(num_requests: int = 20_000) -> tuple[float, int]:
     """Seconds to simulate ``num_requests`` ShareGPT-like requests through the paged
     scheduler (OPT-13B on an A100-40GB, the paper's 15,728-slot pool, 5 req/s)."""
-    from .budget import kv_budget
-    from .cost import CostModel
-    from .simulator import simulate
-    from .specs import get_gpu, get_model
-    from .workload import WorkloadConfig, generate_workload
+    from .engine.cost import CostModel
+    from .engine.simulator import simulate
+    from .models.budget import kv_budget
+    from .models.specs import get_gpu, get_model
+    from .workloads.workload import WorkloadConfig, generate_workload
 
     model, gpu = get_model("opt-13b"), get_gpu("a100-40gb")
     budget = kv_budget(model, gpu, gpu_memory_utilization=1.0, activation_bytes=2 << 30)

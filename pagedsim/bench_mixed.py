@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import time
 
-from .allocators.paged import PagedAllocator
+from .memory.paged import PagedAllocator
 
 #: (op, seq_id, num_tokens): op 0 allocates a ``num_tokens`` prompt, 1 appends, 2 frees.
 Op = tuple[int, int, int]

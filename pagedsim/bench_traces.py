@@ -1,4 +1,4 @@
-"""Benchmark :func:`pagedsim.traces.load_trace`: how long 20,000 rows take to load.
+"""Benchmark :func:`pagedsim.workloads.traces.load_trace`: how long 20,000 rows take to load.
 
 Run ``python -m pagedsim.bench_traces [NUM_ROWS]``. It writes one synthetic trace per
 format (Azure CSV with 7-digit timestamps, pagedsim CSV, pagedsim JSONL) into a temporary
@@ -14,8 +14,8 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from .traces import load_trace, save_trace
-from .workload import WorkloadConfig, generate_workload
+from .workloads.traces import load_trace, save_trace
+from .workloads.workload import WorkloadConfig, generate_workload
 
 
 def write_azure_csv(path: Path, num_rows: int, seed: int = 0) -> None:

@@ -1,6 +1,6 @@
 """Blocks used by nano-vllm's BlockManager and by pagedsim's allocators on one request
-stream: a shared-system-prompt load (``pagedsim.sharing_workloads``), the same token ids
-for both (:func:`pagedsim.prompts.prompt_tokens`).
+stream: a shared-system-prompt load (``pagedsim.workloads.sharing_workloads``), the same token ids
+for both (:func:`pagedsim.workloads.prompts.prompt_tokens`).
 
 Usage::
 
@@ -103,9 +103,9 @@ def run(checkout: Path, num_requests: int, concurrency: int, block_size: int,
         seed: int) -> dict[str, list[int]]:
     """Blocks in use after every step, per allocator: ``nano-vllm``, ``prefix-cache``
     and ``paged`` (pagedsim's allocator without a prefix cache, for scale)."""
-    from pagedsim.allocators import PagedAllocator, PrefixCachingAllocator
-    from pagedsim.prompts import prompt_tokens
-    from pagedsim.sharing_workloads import sharing_workload
+    from pagedsim.memory import PagedAllocator, PrefixCachingAllocator
+    from pagedsim.workloads.prompts import prompt_tokens
+    from pagedsim.workloads.sharing_workloads import sharing_workload
 
     BlockManager, Sequence = load_block_manager(checkout)
     Sequence.block_size = block_size  # a class attribute (256 by default)

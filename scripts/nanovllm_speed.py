@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from pagedsim.allocators import PagedAllocator
 from pagedsim.bench_mixed import LeanAllocator, Op, mixed_stream, replay
+from pagedsim.memory import PagedAllocator
 
 _BLOCKS = Path(__file__).resolve().parent / "nanovllm_blocks.py"
 

@@ -1,6 +1,6 @@
 """Stateful property tests of every registered allocation scheme.
 
-One machine per entry of :data:`pagedsim.schemes.SCHEMES`, built through the registry,
+One machine per entry of :data:`pagedsim.memory.schemes.SCHEMES`, built through the registry,
 so a new scheme gets these tests for free. The rules and invariants live in
 :mod:`pagedsim.testing.allocator_machine` (the classroom labs' graders use them too):
 random allocate / append / fork / free / swap sequences, deliberately bad or oversized
@@ -14,7 +14,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from pagedsim import ModelSpec
-from pagedsim.schemes import SCHEMES, make_allocator
+from pagedsim.memory.schemes import SCHEMES, make_allocator
 from pagedsim.testing.allocator_machine import FullAllocatorMachine
 
 

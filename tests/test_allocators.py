@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from pagedsim import ContiguousAllocator, KVCopy, OutOfMemoryError, PagedAllocator, account
-from pagedsim.schemes import SCHEMES, make_allocator
+from pagedsim.memory.schemes import SCHEMES, make_allocator
 
 
 @pytest.mark.parametrize("block_size", [0, -1])

@@ -12,8 +12,8 @@ def test_bench_quick_runs(capsys):
 def test_mixed_stream_is_one_stream_every_allocator_can_replay():
     """The stream never frees an unknown id nor runs a 8,192-block pool dry, and the lean
     baseline and the paged manager end in the same place (same tables)."""
-    from pagedsim.allocators import PagedAllocator
     from pagedsim.bench_mixed import LeanAllocator, mixed_stream, replay
+    from pagedsim.memory import PagedAllocator
 
     ops = mixed_stream(20_000)
     kinds = {op for op, _, _ in ops}

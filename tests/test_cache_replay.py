@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pagedsim import Request, load_trace
-from pagedsim.cache_replay import replay
 from pagedsim.cli import main
-from pagedsim.prompts import block_hashes, prompt_tokens
+from pagedsim.experiments.cache_replay import replay
+from pagedsim.workloads.prompts import block_hashes, prompt_tokens
 
 SAMPLE = Path(__file__).parent / "data" / "mooncake_sample.jsonl"
 FULL = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake" / \

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pagedsim import cache_replay
 from pagedsim.cli import build_parser, main
+from pagedsim.experiments import cache_replay
 from pagedsim.experiments import runner as runner_module
 
 

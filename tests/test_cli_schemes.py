@@ -8,7 +8,7 @@ import pytest
 
 from pagedsim.cli import main
 from pagedsim.experiments import check_schemes
-from pagedsim.schemes import DEFAULT_SCHEMES, SCHEMES, available
+from pagedsim.memory.schemes import DEFAULT_SCHEMES, SCHEMES, available
 
 
 def test_text_lists_every_scheme_once(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from pagedsim.budget import PAPER_OPT_13B
 from pagedsim.cli import build_parser, main
 from pagedsim.cli import simulate as simulate_cli
 from pagedsim.cli import sweep as sweep_cli
+from pagedsim.engine.simulator import simulate
 from pagedsim.experiments import Experiment, run_many, run_one, sweep_base
 from pagedsim.experiments import runner as runner_module
 from pagedsim.experiments.spec import DEFAULT_NUM_REQUESTS
 from pagedsim.experiments.sweeps import SWEEPS, SWEPT_FIELDS_OF
-from pagedsim.schemes import make_allocator
-from pagedsim.simulator import simulate
+from pagedsim.memory.schemes import make_allocator
+from pagedsim.models.budget import PAPER_OPT_13B
 
 SMALL = ["--jobs", "1", "--no-write"]
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from pagedsim.accounting import CATEGORIES
 from pagedsim.cli import main
 from pagedsim.experiments import JSON_KEYS, Experiment, compare
+from pagedsim.memory.accounting import CATEGORIES
 
 SMALL = ["--num-requests", "100", "--quiet", "--no-write", "--jobs", "1"]
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import pagedsim.cost
-from pagedsim.cost import CostModel
-from pagedsim.specs import GpuSpec, ModelSpec, get_gpu, get_model
+import pagedsim.engine.cost
+from pagedsim.engine.cost import CostModel
+from pagedsim.models.specs import GpuSpec, ModelSpec, get_gpu, get_model
 
 # A toy model whose numbers are easy by hand: 500 params (1000 bytes fp16), hidden 4 x 8 = 32,
 # 2 layers, KV bytes per token = 2 (K,V) x 2 layers x 2 kv heads x 8 x 2 bytes = 128.
@@ -140,5 +140,5 @@ def test_swap_argument_validation() -> None:
 
 
 def test_docstring_example_is_what_the_code_computes() -> None:
-    result = doctest.testmod(pagedsim.cost, optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(pagedsim.engine.cost, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 4 and result.failed == 0

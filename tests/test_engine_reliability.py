@@ -17,7 +17,7 @@ from pagedsim import (
     simulate,
 )
 from pagedsim.cli import main
-from pagedsim.schemes import make_allocator
+from pagedsim.memory.schemes import make_allocator
 
 COST = CostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
 
@@ -100,7 +100,7 @@ def test_stale_or_foreign_swapped_group_is_refused(make):
 # ------------------------------------------- issue 22, part 2: no stall, no abort mid-run
 
 def _all_schemes_allocators(capacity_slots: int, max_model_len: int):
-    from pagedsim.schemes import SCHEMES
+    from pagedsim.memory.schemes import SCHEMES
 
     model = get_model("opt-13b")
     for name in SCHEMES:

@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SANDBOX = ROOT / "pagedsim" / "labs" / "sandbox.py"
 REFERENCE = ROOT / "labs" / "lab1_budget" / "budget_lab.py"
-FORBIDDEN = ROOT / "pagedsim" / "budget.py"
+FORBIDDEN = ROOT / "pagedsim" / "models" / "budget.py"
 
 # Run in the confined process: confine, then try what a cheat would; print what happened.
 _PROBE = r'''
@@ -31,7 +31,7 @@ spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
 sandbox = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sandbox)
 work, private, reference, forbidden, allowed = sys.argv[2:7]
-notes = sandbox.confine(__import__("pathlib").Path(work), 2**30, 60, ("pagedsim.budget",))
+notes = sandbox.confine(__import__("pathlib").Path(work), 2**30, 60, ("pagedsim.models.budget",))
 seen = {"notes": notes, "uid": os.getuid()}
 def attempt(name, action):
     try:
@@ -75,7 +75,7 @@ def test_landlock_keeps_the_worker_to_its_folder(tmp_path: Path) -> None:
     assert seen["write_own"] == "ok" and seen["read_allowed"] == "ok", seen
     assert seen["write_private"] == "PermissionError", seen
     assert seen["read_reference"] == "PermissionError", seen  # labs/: the reference
-    assert seen["read_forbidden"] == "PermissionError", seen  # pagedsim/budget.py
+    assert seen["read_forbidden"] == "PermissionError", seen  # pagedsim/models/budget.py
     if "no signals out" in " ".join(seen["notes"]):
         assert seen["signal_parent"] == "PermissionError", seen
 

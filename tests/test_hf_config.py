@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagedsim import kv_spec
-from pagedsim.hf_config import ConfigError, load_config, model_from_config
-from pagedsim.kv_spec import LayerKV, pp_layer_split, shard_for_tp
-from pagedsim.model_presets import preset_entries
-from pagedsim.specs import MODELS, ModelSpec, get_model
+from pagedsim.models import kv_spec
+from pagedsim.models.hf_config import ConfigError, load_config, model_from_config
+from pagedsim.models.kv_spec import LayerKV, pp_layer_split, shard_for_tp
+from pagedsim.models.model_presets import preset_entries
+from pagedsim.models.specs import MODELS, ModelSpec, get_model
 from pagedsim.units import KiB
 
 CONFIGS = Path(__file__).parent / "data" / "hf_configs"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pagedsim.cache_replay import MAX_REPLAY_BLOCKS, check_replay_size, replay
 from pagedsim.cli import main
-from pagedsim.traces import TraceError, load_trace
+from pagedsim.experiments.cache_replay import MAX_REPLAY_BLOCKS, check_replay_size, replay
 from pagedsim.user_files import MAX_LINE_CHARS
-from pagedsim.workload import Request
+from pagedsim.workloads.traces import TraceError, load_trace
+from pagedsim.workloads.workload import Request
 
 TRACE_COMMANDS = {
     "cache-replay": lambda path: ["cache-replay", path],
@@ -253,7 +253,7 @@ def test_a_trace_of_more_requests_than_a_run_simulates_is_refused(tmp_path: Path
                                                                     monkeypatch):
     """Without --num-requests a trace of more than MAX_NUM_REQUESTS rows is refused at the
     row past it (not read whole into memory); the limit is lowered to 3 here."""
-    import pagedsim.traces as traces_module
+    import pagedsim.workloads.traces as traces_module
 
     monkeypatch.setattr(traces_module, "MAX_NUM_REQUESTS", 3)
     path = tmp_path / "t.csv"
@@ -271,7 +271,7 @@ def test_cache_replay_stops_reading_a_trace_past_the_block_limit(tmp_path: Path,
                                                                  monkeypatch):
     """Each prompt takes a block: a trace with more requests than the replay keeps blocks
     is refused after reading that many rows (the limit is lowered to 3 here)."""
-    import pagedsim.cache_replay as replay_module
+    import pagedsim.experiments.cache_replay as replay_module
 
     monkeypatch.setattr(replay_module, "MAX_REPLAY_BLOCKS", 3)
     path = tmp_path / "t.csv"

@@ -23,7 +23,6 @@ from hypothesis import strategies as st  # noqa: E402
 from kernels_helpers import kernel_settings  # noqa: E402
 
 import pagedsim  # noqa: E402
-from pagedsim.allocators.prefix_cache import PrefixCachingAllocator  # noqa: E402
 from pagedsim.kernels import KVCacheConfig, PagedKVCache  # noqa: E402
 from pagedsim.kernels.executor import RealExecutor  # noqa: E402
 from pagedsim.kernels.measure import (  # noqa: E402
@@ -34,9 +33,10 @@ from pagedsim.kernels.measure import (  # noqa: E402
     requests_for,
 )
 from pagedsim.kernels.model import Decoder, ModelConfig  # noqa: E402
-from pagedsim.prompts import prompt_tokens  # noqa: E402
-from pagedsim.schemes import kv_cache_class  # noqa: E402
-from pagedsim.sharing_workloads import (  # noqa: E402
+from pagedsim.memory.prefix_cache import PrefixCachingAllocator  # noqa: E402
+from pagedsim.memory.schemes import kv_cache_class  # noqa: E402
+from pagedsim.workloads.prompts import prompt_tokens  # noqa: E402
+from pagedsim.workloads.sharing_workloads import (  # noqa: E402
     MultiTurnConfig,
     SystemPromptConfig,
     generate_multi_turn,

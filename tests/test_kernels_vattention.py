@@ -31,7 +31,7 @@ from pagedsim.kernels import (
 from pagedsim.kernels.executor import RealExecutor
 from pagedsim.kernels.measure import MeasureConfig, measure_scheme, model_spec
 from pagedsim.kernels.vattention_cache import kernel_block_size, page_bytes_for_scheme
-from pagedsim.schemes import kv_cache_class
+from pagedsim.memory.schemes import kv_cache_class
 
 PROMPT = [5, 17, 300, 42, 7, 99, 1, 2, 3]  # 9 tokens: part of a 16-token page
 NEW_TOKENS = 12  # 9 + 11 fed tokens = 20: every sample grows into a second page

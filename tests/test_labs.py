@@ -423,29 +423,29 @@ def test_mutants_name_student_files_and_known_tasks(lab) -> None:
 
 
 @pytest.mark.parametrize(("source", "line"), [
-    ("import pagedsim.budget", 1),
-    ("import pagedsim.budget as b", 1),
-    ("x = 1\nfrom pagedsim.budget import kv_budget", 2),
-    ("from pagedsim import budget", 1),
-    ("from pagedsim import kv_budget", 1),  # re-exported from pagedsim.budget
+    ("import pagedsim.models.budget", 1),
+    ("import pagedsim.models.budget as b", 1),
+    ("x = 1\nfrom pagedsim.models.budget import kv_budget", 2),
+    ("from pagedsim.models import budget", 1),
+    ("from pagedsim import kv_budget", 1),  # re-exported from pagedsim.models.budget
     ("import pagedsim\nx = pagedsim.kv_budget", 2),
-    ("import pagedsim as p\n\nx = p.budget.KVBudget", 3),
-    ("import importlib\nimportlib.import_module('pagedsim.budget')", 2),
-    ("__import__('pagedsim.budget')", 1),
-    ("def f():\n    from pagedsim.budget import kv_budget", 2),
+    ("import pagedsim as p\n\nx = p.models.budget.KVBudget", 3),
+    ("import importlib\nimportlib.import_module('pagedsim.models.budget')", 2),
+    ("__import__('pagedsim.models.budget')", 1),
+    ("def f():\n    from pagedsim.models.budget import kv_budget", 2),
 ])
 def test_forbidden_import_found(source: str, line: int) -> None:
-    found = forbidden_imports(source, ["pagedsim.budget"], "s.py")
+    found = forbidden_imports(source, ["pagedsim.models.budget"], "s.py")
     assert len(found) == 1 and found[0].startswith(f"s.py:{line}: uses pagedsim.")
-    assert found[0].endswith("which this lab forbids (pagedsim.budget)")
+    assert found[0].endswith("which this lab forbids (pagedsim.models.budget)")
 
 
 @pytest.mark.parametrize("source", [
     "import pagedsim.units", "from pagedsim.units import GiB", "import pagedsim\npagedsim.GPUS",
-    "from . import budget", "import budget_lab", "x = 'pagedsim.budget'", "def f(:",
+    "from . import budget", "import budget_lab", "x = 'pagedsim.models.budget'", "def f(:",
 ])
 def test_allowed_imports_pass(source: str) -> None:
-    assert forbidden_imports(source, ["pagedsim.budget"], "s.py") == []
+    assert forbidden_imports(source, ["pagedsim.models.budget"], "s.py") == []
 
 
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Summaries of a run (pagedsim.metrics): time weighting, the saturated part, sums to 1."""
+"""Summaries of a run (pagedsim.experiments.metrics): time weighting, the saturated part, sums to
+1."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ import math
 
 import pytest
 
-from pagedsim.accounting import CATEGORIES
-from pagedsim.metrics import SUMMARY_KEYS, summarize, summary_frame, time_weighted_shares
-from pagedsim.simulator import STEP_COLUMNS, SimResult
+from pagedsim.engine.simulator import STEP_COLUMNS, SimResult
+from pagedsim.experiments.metrics import (
+    SUMMARY_KEYS,
+    summarize,
+    summary_frame,
+    time_weighted_shares,
+)
+from pagedsim.memory.accounting import CATEGORIES
 
 CAP = 100
 
@@ -100,11 +106,11 @@ def test_zero_length_steps_are_weighted_equally() -> None:
 
 
 def test_summary_frame_and_a_real_run() -> None:
-    from pagedsim.cost import CostModel
-    from pagedsim.schemes import make_allocator
-    from pagedsim.simulator import simulate
-    from pagedsim.specs import get_gpu, get_model
-    from pagedsim.workload import WorkloadConfig, generate_workload
+    from pagedsim.engine.cost import CostModel
+    from pagedsim.engine.simulator import simulate
+    from pagedsim.memory.schemes import make_allocator
+    from pagedsim.models.specs import get_gpu, get_model
+    from pagedsim.workloads.workload import WorkloadConfig, generate_workload
 
     reqs = generate_workload(WorkloadConfig("alpaca", 60, 50.0, seed=1, n=2))
     cost = CostModel(get_model("opt-13b"), get_gpu("a100-40gb"))

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from pagedsim import CATEGORIES, ContiguousAllocator, PagedAllocator, account  # noqa: E402
-from pagedsim.allocators import PrefixCachingAllocator  # noqa: E402
+from pagedsim.memory import PrefixCachingAllocator  # noqa: E402
 from pagedsim.plots import (  # noqa: E402
     CATEGORY_COLORS,
     Recorder,
@@ -36,7 +36,7 @@ from pagedsim.plots import (  # noqa: E402
     share_bars,
     sweep_curves,
 )
-from pagedsim.workload import Request  # noqa: E402
+from pagedsim.workloads.workload import Request  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

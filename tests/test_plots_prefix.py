@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from pagedsim import PagedAllocator, Request  # noqa: E402
-from pagedsim.allocators.prefix_cache import PrefixCachingAllocator  # noqa: E402
+from pagedsim.memory.prefix_cache import PrefixCachingAllocator  # noqa: E402
 from pagedsim.plots import CATEGORY_COLORS, block_map  # noqa: E402
 from pagedsim.plots.free_queue import free_queue, queue_order  # noqa: E402
 

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from pagedsim import PagedAllocator, Request  # noqa: E402
-from pagedsim.allocators.radix import RadixAllocator  # noqa: E402
+from pagedsim.memory.radix import RadixAllocator  # noqa: E402
 from pagedsim.plots import CATEGORY_COLORS  # noqa: E402
 from pagedsim.plots.radix_tree import radix_tree, tree_layout, tree_nodes  # noqa: E402
 

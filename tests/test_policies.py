@@ -21,8 +21,8 @@ from pagedsim import (
     get_model,
     simulate,
 )
-from pagedsim.schemes import make_allocator
-from pagedsim.workload import WorkloadConfig, generate_workload
+from pagedsim.memory.schemes import make_allocator
+from pagedsim.workloads.workload import WorkloadConfig, generate_workload
 
 COST = CostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pagedsim import account
-from pagedsim.allocators import PrefixCachingAllocator
-from pagedsim.prompts import block_hashes
-from pagedsim.workload import Request
+from pagedsim.memory import PrefixCachingAllocator
+from pagedsim.workloads.prompts import block_hashes
+from pagedsim.workloads.workload import Request
 
 BS = 16
 

@@ -1,6 +1,6 @@
 """The prefix cache's fast paths give exactly what the general code gives: the chained
-hashes of :mod:`pagedsim.allocators.prefix_chain` equal :func:`pagedsim.prompts.
-block_hashes`, and the per-sequence usage of :mod:`pagedsim.allocators.fast_usage`
+hashes of :mod:`pagedsim.memory.prefix_chain` equal :func:`pagedsim.workloads.prompts.
+block_hashes`, and the per-sequence usage of :mod:`pagedsim.memory.fast_usage`
 equals :meth:`PagedAllocator.usage`'s walk over every block."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from pagedsim.allocators import PagedAllocator, PrefixCachingAllocator
-from pagedsim.allocators.fast_usage import usage_by_block_walk, usage_by_last_blocks
-from pagedsim.allocators.prefix_chain import extend_chain
-from pagedsim.prompts import block_hashes
-from pagedsim.sharing_workloads import sharing_workload
-from pagedsim.workload import Request
+from pagedsim.memory import PagedAllocator, PrefixCachingAllocator
+from pagedsim.memory.fast_usage import usage_by_block_walk, usage_by_last_blocks
+from pagedsim.memory.prefix_chain import extend_chain
+from pagedsim.workloads.prompts import block_hashes
+from pagedsim.workloads.sharing_workloads import sharing_workload
+from pagedsim.workloads.workload import Request
 
 SHAPES = {
     # Mooncake's 512-token pieces: every 16-token block inside one piece.

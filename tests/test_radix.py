@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagedsim import account
-from pagedsim.accounting import CATEGORIES
-from pagedsim.allocators import RadixAllocator
-from pagedsim.allocators.fast_usage import usage_by_block_walk
+from pagedsim.engine.plan import SequenceGroup
+from pagedsim.engine.scheduler import Scheduler, SchedulerConfig
+from pagedsim.engine.waiting_order import LPM_MAX_WAITING, order_waiting
 from pagedsim.errors import OutOfMemoryError
-from pagedsim.plan import SequenceGroup
-from pagedsim.prompts import block_hashes
-from pagedsim.scheduler import Scheduler, SchedulerConfig
-from pagedsim.schemes import make_allocator
+from pagedsim.memory import RadixAllocator
+from pagedsim.memory.accounting import CATEGORIES
+from pagedsim.memory.fast_usage import usage_by_block_walk
+from pagedsim.memory.schemes import make_allocator
 from pagedsim.testing.allocator_machine import apply_copies
-from pagedsim.waiting_order import LPM_MAX_WAITING, order_waiting
-from pagedsim.workload import Request
+from pagedsim.workloads.prompts import block_hashes
+from pagedsim.workloads.workload import Request
 
 BS = 16
 

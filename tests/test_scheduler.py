@@ -6,10 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagedsim import ContiguousAllocator, PagedAllocator, get_gpu, get_model
-from pagedsim.cost import CostModel
-from pagedsim.scheduler import Scheduler, SchedulerConfig
-from pagedsim.simulator import simulate
-from pagedsim.workload import Request
+from pagedsim.engine.cost import CostModel
+from pagedsim.engine.scheduler import Scheduler, SchedulerConfig
+from pagedsim.engine.simulator import simulate
+from pagedsim.workloads.workload import Request
 
 MAX_LEN = 64
 COST = CostModel(get_model("opt-13b"), get_gpu("a100-40gb"))

@@ -16,7 +16,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pagedsim import CostModel, ModelSpec, Request, SchedulerConfig, account, get_gpu, simulate
-from pagedsim.schemes import SCHEMES, make_allocator
+from pagedsim.memory.schemes import SCHEMES, make_allocator
 
 MAX_MODEL_LEN = 128
 

@@ -1,4 +1,4 @@
-"""pagedsim.sharing_workloads: the sharing structure each generator promises, seen through
+"""pagedsim.workloads.sharing_workloads: the sharing structure each generator promises, seen through
 the block hashes a prefix cache keys on, and its wiring into experiments and the CLI."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from pagedsim.cache_replay import replay
 from pagedsim.cli import main
 from pagedsim.experiments import WORKLOAD_NAMES, Experiment
-from pagedsim.prompts import block_hashes, prompt_tokens
-from pagedsim.sharing_workloads import (
+from pagedsim.experiments.cache_replay import replay
+from pagedsim.workloads.prompts import block_hashes, prompt_tokens
+from pagedsim.workloads.sharing_workloads import (
     SHARING_WORKLOAD_NAMES,
     FewShotConfig,
     MultiTurnConfig,
@@ -22,7 +22,7 @@ from pagedsim.sharing_workloads import (
     sharing_workload,
     system_prompt,
 )
-from pagedsim.workload import WorkloadConfig, generate_workload
+from pagedsim.workloads.workload import WorkloadConfig, generate_workload
 
 BLOCK = 16
 

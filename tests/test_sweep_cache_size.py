@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pagedsim.cache_replay import replay
 from pagedsim.cli import main
 from pagedsim.experiments import Experiment
+from pagedsim.experiments.cache_replay import replay
 from pagedsim.experiments.sweeps import REPLAY_ROW, num_runs, sweep_cache_size
 
 SMALL = ["--num-requests", "40", "--jobs", "1", "--quiet"]

@@ -26,7 +26,7 @@ import pytest
 
 from pagedsim.cli import main
 from pagedsim.experiments import runner as runner_module
-from pagedsim.workload import Request, clip_lengths
+from pagedsim.workloads.workload import Request, clip_lengths
 
 #: One scheme, one process, nothing written: each run takes well under a second.
 QUIET = ["--schemes", "paged", "--jobs", "1", "--no-write", "--quiet"]

@@ -9,7 +9,7 @@ import pytest
 
 from pagedsim.cli import main
 from pagedsim.experiments import Experiment
-from pagedsim.traces import TraceError, load_trace
+from pagedsim.workloads.traces import TraceError, load_trace
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 Whatever a file holds (random bytes; rows built from edge values: huge and negative
 numbers, 1e999, digits of other scripts, NaN, quotes; JSON nested deep, with duplicate
-keys, huge integers), :func:`pagedsim.traces.load_trace` returns a trace or raises
-:class:`~pagedsim.traces.TraceError` (a ``ValueError`` whose one line names the file),
+keys, huge integers), :func:`pagedsim.workloads.traces.load_trace` returns a trace or raises
+:class:`~pagedsim.workloads.traces.TraceError` (a ``ValueError`` whose one line names the file),
 never anything else, and fast; ``pagedsim cache-replay`` on the same file exits 0 or 2
 with one line. Special files (FIFO, devices, directory, dangling link) are refused at
 once. The case counts are printed (``pytest -s``).
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedsim.cli import main
-from pagedsim.traces import TraceError, load_trace
+from pagedsim.workloads.traces import TraceError, load_trace
 
 RAN = {"bytes": 0, "rows": 0, "json": 0, "loaded": 0, "refused": 0}
 #: Slowest a single load may be, seconds (the files here are at most a few hundred kB).

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagedsim.cost import CostModel
-from pagedsim.metrics import summarize
-from pagedsim.schemes import make_allocator
-from pagedsim.simulator import simulate
-from pagedsim.specs import get_gpu, get_model
-from pagedsim.trace_rows import parse_arrival, parse_int
-from pagedsim.traces import AUTO_REBASE_FROM_S, TraceError, load_trace, save_trace
-from pagedsim.workload import Request, WorkloadConfig, generate_workload
+from pagedsim.engine.cost import CostModel
+from pagedsim.engine.simulator import simulate
+from pagedsim.experiments.metrics import summarize
+from pagedsim.memory.schemes import make_allocator
+from pagedsim.models.specs import get_gpu, get_model
+from pagedsim.workloads.trace_rows import parse_arrival, parse_int
+from pagedsim.workloads.traces import AUTO_REBASE_FROM_S, TraceError, load_trace, save_trace
+from pagedsim.workloads.workload import Request, WorkloadConfig, generate_workload
 
 HEADER = "arrival_s,prompt_len,output_len\n"
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"

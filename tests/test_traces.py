@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedsim.bench_traces import bench_load_trace
-from pagedsim.traces import Trace, TraceError, load_trace, save_trace
-from pagedsim.workload import Request, WorkloadConfig, generate_workload
+from pagedsim.workloads.traces import Trace, TraceError, load_trace, save_trace
+from pagedsim.workloads.workload import Request, WorkloadConfig, generate_workload
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 

@@ -6,13 +6,13 @@ import pytest
 
 import pagedsim
 from pagedsim import OutOfMemoryError, account
-from pagedsim.allocators.vattention import (
+from pagedsim.experiments import Experiment, compare
+from pagedsim.memory.schemes import SCHEMES, make_allocator
+from pagedsim.memory.vattention import (
     PAGE_BYTES_OPTIONS,
     VAttentionAllocator,
     page_tokens_for,
 )
-from pagedsim.experiments import Experiment, compare
-from pagedsim.schemes import SCHEMES, make_allocator
 
 
 def test_tokens_per_page_llama3_8b():

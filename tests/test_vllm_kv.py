@@ -1,4 +1,4 @@
-"""vLLM v1's KV-cache sizing (pagedsim.vllm_kv): groups, blocks, the two logged lines.
+"""vLLM v1's KV-cache sizing (pagedsim.models.vllm_kv): groups, blocks, the two logged lines.
 
 Sizes in bytes per GPU; GiB = 2**30 bytes.
 """
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagedsim.specs import MODELS
+from pagedsim.models.specs import MODELS
+from pagedsim.models.vllm_kv import vllm_kv_cache
 from pagedsim.units import GiB, KiB, MiB
-from pagedsim.vllm_kv import vllm_kv_cache
 
 
 def test_the_issues_qwen3_14b_example() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pagedsim.workload import (
+from pagedsim.workloads.workload import (
     PAPER_MEAN_LENS,
     Request,
     WorkloadConfig,
@@ -215,7 +215,7 @@ def test_summary_of_a_small_known_workload() -> None:
 
 def test_workload_config_refuses_more_requests_than_a_run_simulates():
     """Issue 22: 2**53 requests asked numpy for 64 PiB before any check."""
-    from pagedsim.workload import MAX_NUM_REQUESTS, MIN_RATE_PER_S, WorkloadConfig
+    from pagedsim.workloads.workload import MAX_NUM_REQUESTS, MIN_RATE_PER_S, WorkloadConfig
 
     with pytest.raises(ValueError, match="num_requests must be <= 10,000,000"):
         WorkloadConfig(num_requests=2**53)

@@ -5,7 +5,8 @@ Run them with ``pagedsim labs grade 1 --path .`` (points per task), or directly 
 
 They call your code only through ``adapters.py``. Expected numbers are either worked
 examples you can redo by hand (the seed tutorial's 7B model, the vLLM paper's Table 1) or
-pagedsim's own functions (``pagedsim.specs``, ``pagedsim.budget``), which graders may use
+pagedsim's own functions (``pagedsim.models.specs``, ``pagedsim.models.budget``), which graders
+may use
 as an oracle and your module may not import.
 """
 
@@ -18,13 +19,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pagedsim.budget import PAPER_OPT_13B, kv_budget
+from pagedsim.models.budget import PAPER_OPT_13B, kv_budget
+from pagedsim.models.specs import MODELS, GpuSpec, ModelSpec
 from pagedsim.paper import TABLE1
-from pagedsim.specs import MODELS, GpuSpec, ModelSpec
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 #: (num_layers, num_heads, num_kv_heads, head_dim, dtype_bytes) of models named in the
-#: handout; the numbers are the presets' in pagedsim.specs.
+#: handout; the numbers are the presets' in pagedsim.models.specs.
 LLAMA2_7B = (32, 32, 32, 128, 2)
 LLAMA2_70B = (80, 64, 8, 128, 2)
 LLAMA3_8B = (32, 32, 8, 128, 2)

@@ -14,7 +14,7 @@ Orca). This module builds such an allocator in four pieces:
 
 Units: every length and size is in token *slots* (one slot holds one token's K and V);
 slot ``s`` of the arena is index ``s`` in ``[0, capacity_slots)``. Do not import
-``pagedsim.allocators`` or ``pagedsim.accounting`` (the grader refuses a file that does).
+``pagedsim.memory`` or ``pagedsim.memory.accounting`` (the grader refuses a file that does).
 """
 
 from __future__ import annotations

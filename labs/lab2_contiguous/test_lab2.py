@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, run_state_machine_as_test
 
-from pagedsim.accounting import SlotAccount, final_tokens, split_slots
+from pagedsim.memory.accounting import SlotAccount, final_tokens, split_slots
 from pagedsim.testing.allocator_machine import AccountingRules, AllocatorMachine
 
 # Derandomized: every grading run tries the same examples, so a score never changes
@@ -309,7 +309,7 @@ def test_reserved_and_internal_fragmentation():
 
 
 def _expected(regions, holes, need, capacity):
-    """The five parts by pagedsim's accounting rules (pagedsim.accounting)."""
+    """The five parts by pagedsim's accounting rules (pagedsim.memory.accounting)."""
     token = reserved = internal = 0
     for _, size, n, final in regions:
         t, r, i = split_slots(n, final_tokens(n, final), size)

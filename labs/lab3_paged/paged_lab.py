@@ -14,7 +14,7 @@ Units: lengths in tokens, sizes in slots; blocks are numbered ``0 .. num_blocks 
 slot ``s`` is offset ``s % block_size`` of block ``s // block_size``. Errors, as pagedsim's
 allocators raise them: ``OutOfMemoryError`` when there is no free block, ``ValueError``
 for bad input (an unknown or duplicate sequence id, a negative length); a failed call
-changes nothing. Do not import ``pagedsim.allocators`` (the grader refuses a file that does).
+changes nothing. Do not import ``pagedsim.memory`` (the grader refuses a file that does).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ changes nothing): keep the names used below; do not change what it returns.
 :class:`LabCow` is the wrapper that lets pagedsim's scheduler and simulator (parallel
 sampling, beam search) and pagedsim's allocator state machine drive your allocator: it
 offers pagedsim's narrow allocator interface
-(:class:`pagedsim.allocators.base.Allocator`) through
+(:class:`pagedsim.memory.base.Allocator`) through
 :class:`pagedsim.testing.paged_view.PagedView`, whose accessors below read your object.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Hashable, Iterable, Iterator, Sequence
 
 import cow_lab as lab
 
-from pagedsim.allocators.base import AppendResult, KVCopy
 from pagedsim.errors import OutOfMemoryError
+from pagedsim.memory.base import AppendResult, KVCopy
 from pagedsim.testing.paged_view import PagedView
 
 __all__ = ["LabCow", "OutOfMemoryError"]

@@ -15,7 +15,7 @@ copy-on-write branch of ``append_slot`` (4.2) and ``usage`` (4.3).
 Units: lengths in tokens, sizes in slots. Token ``i`` of a sequence lives in slot
 ``block_table[i // block_size] * block_size + i % block_size``. Errors: ``OutOfMemoryError``
 when no block is free, ``ValueError`` for bad input; a failed call changes nothing. Do not
-import ``pagedsim.allocators`` (the grader refuses a file that does).
+import ``pagedsim.memory`` (the grader refuses a file that does).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pagedsim.errors import OutOfMemoryError
 
 class KVCopy(NamedTuple):
     """Copy the K/V of ``num_slots`` consecutive slots from ``src_slot`` to ``dst_slot``
-    (the same record as pagedsim's own ``KVCopy``, which lives in ``pagedsim.allocators``)."""
+    (the same record as pagedsim's own ``KVCopy``, which lives in ``pagedsim.memory``)."""
 
     src_slot: int
     dst_slot: int

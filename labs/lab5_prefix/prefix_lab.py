@@ -23,8 +23,9 @@ Units: lengths in tokens; blocks are numbered ``0 .. num_blocks - 1``; token ``i
 sequence lives in slot ``block_table[i // block_size] * block_size + i % block_size``.
 Token ids are plain ints. Errors: ``OutOfMemoryError`` when the free queue cannot supply
 the blocks asked for, ``ValueError`` for bad input (an unknown or duplicate sequence id, an
-empty prompt); a failed call changes nothing. Do not import ``pagedsim.allocators``,
-``pagedsim.prompts`` or ``pagedsim.cache_replay`` (the grader refuses a file that does).
+empty prompt); a failed call changes nothing. Do not import ``pagedsim.memory``,
+``pagedsim.workloads.prompts`` or ``pagedsim.experiments.cache_replay`` (the grader refuses a file
+that does).
 """
 
 from __future__ import annotations

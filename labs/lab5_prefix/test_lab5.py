@@ -3,7 +3,7 @@
 One marker per task (``lab5_1`` ... ``lab5_4``). The graders reach your code only through
 ``adapters``. The worked examples are the scenarios vLLM's own prefix-caching tests check
 (blocks of 16 tokens), as pagedsim's ``tests/test_prefix_cache.py`` runs them on
-``pagedsim.allocators.PrefixCachingAllocator``; their block ids and counts are what that
+``pagedsim.memory.PrefixCachingAllocator``; their block ids and counts are what that
 allocator gives for the same calls. The request streams' numbers were computed once by
 serving the same stream with :class:`Oracle` (pagedsim's ``PrefixCachingAllocator``
 behind the same calls), see :func:`serve`. The state machine compares your cache with
@@ -31,9 +31,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from pagedsim.allocators import PrefixCachingAllocator
 from pagedsim.labs.counting import CountedBlock, comparisons
-from pagedsim.workload import Request
+from pagedsim.memory import PrefixCachingAllocator
+from pagedsim.workloads.workload import Request
 
 # Derandomized: every grading run tries the same examples. A failure is not shrunk to a
 # minimal example unless LAB_SHRINK=1 (shrinking can take a minute; graders take seconds).
@@ -472,7 +472,7 @@ def serve(cache, stream, decode: bool) -> tuple[int, int, int]:
 
 # The numbers below were computed once with serve(Oracle(num_blocks, 16), chat_stream(),
 # decode): pagedsim's own PrefixCachingAllocator. Without decode and with no eviction (512
-# blocks), the hit count also equals pagedsim.cache_replay.replay's with an unbounded
+# blocks), the hit count also equals pagedsim.experiments.cache_replay.replay's with an unbounded
 # cache and blocks of 16 (each prompt as a Request whose prompt_pieces are its tokens).
 @pytest.mark.lab5_3
 @pytest.mark.parametrize("num_blocks, expected", [

@@ -7,7 +7,7 @@ Commands:
   ``--preset paper-opt-13b`` is the vLLM paper's setting, which ``compare`` runs.
 - ``models``  the model presets (``pagedsim.MODELS``).
 - ``gpus``    the GPU presets (``pagedsim.GPUS``).
-- ``schemes`` the registered allocation schemes (``pagedsim.schemes.SCHEMES``).
+- ``schemes`` the registered allocation schemes (``pagedsim.memory.schemes.SCHEMES``).
 - ``compare`` one workload through every scheme: shares of the KV pool, batch size,
   throughput, beside the vLLM paper's Figure 2 / Figure 13 (:mod:`pagedsim.experiments`).
 - ``sweep``   block size, request rate, n / beam width, swap vs recompute (``pagedsim sweep

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from ..units import GiB
-from ..workload import MIN_RATE_PER_S
+from ..workloads.workload import MIN_RATE_PER_S
 
 #: Largest size flag in GiB: 2**20 GiB = 1 PiB, far above any GPU pool, and small enough
 #: that the size in bytes (an int) and float arithmetic on it stay exact and finite.
@@ -50,7 +50,7 @@ def gib_to_bytes(text: str) -> int:
 
 
 def rate(text: str) -> float:
-    """A request rate in requests/s: at least :data:`pagedsim.workload.MIN_RATE_PER_S`
+    """A request rate in requests/s: at least :data:`pagedsim.workloads.workload.MIN_RATE_PER_S`
     (one request per 11.6 days), or ``inf`` (all at t = 0)."""
     try:
         value = float(text)

@@ -1,5 +1,5 @@
 """``pagedsim cache-replay``: the Mooncake paper's Figure 9 experiment on a trace
-(:mod:`pagedsim.cache_replay`): prefix-cache hit rate against cache capacity."""
+(:mod:`pagedsim.experiments.cache_replay`): prefix-cache hit rate against cache capacity."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("trace", metavar="TRACE",
                    help="a trace file (Mooncake JSONL, Azure CSV, pagedsim CSV/JSONL), or "
                         "a synthetic workload whose prompts share content: system-prompt, "
-                        "multi-turn or few-shot (pagedsim.sharing_workloads, default shapes)")
+                        "multi-turn or few-shot (pagedsim.workloads.sharing_workloads, "
+                        "default shapes)")
     p.add_argument("--block-size", type=whole, default=None, metavar="TOKENS",
                    help="tokens per cached block (default 512, Mooncake's, for a trace; 16, "
                         "vLLM's, for a synthetic workload)")
@@ -61,11 +62,12 @@ _SAMPLE_REQUESTS = 2000
 
 def _check_estimated_size(name: str, count: int, seed: int, block_size: int) -> None:
     """Refuse a synthetic replay whose blocks, estimated from its first requests, are
-    well past :data:`~pagedsim.cache_replay.MAX_REPLAY_BLOCKS`, before generating them all
+    well past :data:`~pagedsim.experiments.cache_replay.MAX_REPLAY_BLOCKS`, before generating them
+    all
     (4 million few-shot requests take about 2 GB). The exact count is checked after."""
-    from ..cache_replay import MAX_REPLAY_BLOCKS
+    from ..experiments.cache_replay import MAX_REPLAY_BLOCKS
     from ..experiments.spec import DEFAULT_RATE
-    from ..sharing_workloads import sharing_workload
+    from ..workloads.sharing_workloads import sharing_workload
 
     if count <= _SAMPLE_REQUESTS:
         return
@@ -80,13 +82,13 @@ def _check_estimated_size(name: str, count: int, seed: int, block_size: int) -> 
 
 
 def run_cache_replay(args: argparse.Namespace) -> int:
-    from ..cache_replay import MAX_REPLAY_BLOCKS, check_replay_size, replay
+    from ..experiments.cache_replay import MAX_REPLAY_BLOCKS, check_replay_size, replay
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
-    from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
-    from ..trace_rows import more_lines_than
-    from ..traces import TraceError, load_trace
     from ..user_files import NotRegularFileError
-    from ..workload import MAX_NUM_REQUESTS
+    from ..workloads.sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
+    from ..workloads.trace_rows import more_lines_than
+    from ..workloads.traces import TraceError, load_trace
+    from ..workloads.workload import MAX_NUM_REQUESTS
 
     if args.num_requests is not None and not 1 <= args.num_requests <= MAX_NUM_REQUESTS:
         raise CliError(f"argument --num-requests: must be from 1 to {MAX_NUM_REQUESTS:,}, "

@@ -7,7 +7,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from ..budget import (
+from ..models.budget import (
     BUDGET_PRESETS,
     PAPER_OPT_13B,
     KVBudget,
@@ -15,9 +15,9 @@ from ..budget import (
     kv_budget,
     preset_of,
 )
-from ..hf_config import looks_like_config_path
-from ..kv_spec import KV_CACHE_DTYPE_BYTES
-from ..specs import GPUS, MODELS, ModelSpec, get_gpu, get_model
+from ..models.hf_config import looks_like_config_path
+from ..models.kv_spec import KV_CACHE_DTYPE_BYTES
+from ..models.specs import GPUS, MODELS, ModelSpec, get_gpu, get_model
 from ..textfmt import format_table
 from ..units import GiB, KiB, MiB
 from .argtypes import csv_list, gib_to_bytes, preset, shown, whole
@@ -133,7 +133,7 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
                    help="sequence length for the per-sequence example line (default 1024)")
     g = p.add_argument_group(
         "vLLM's sizing", "With any of these, or a sliding-window, hybrid or MLA model, the "
-        "budget is computed as vLLM v1 computes it (pagedsim.vllm_kv: per-layer KV specs, "
+        "budget is computed as vLLM v1 computes it (pagedsim.models.vllm_kv: per-layer KV specs, "
         "KV-cache groups of the hybrid allocator, TP and PP per GPU) and ends with the two "
         "lines vLLM logs, 'GPU KV cache size' and 'Maximum concurrency'")
     g.add_argument("--kv-cache-memory-gb", type=csv_list(gib_to_bytes), default=None,
@@ -166,7 +166,7 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
 
 def budget_text(b: KVBudget, seq_len: int) -> str:
     """The budget, one computed step per line, in binary units; then the named setting
-    it is (:func:`pagedsim.budget.preset_of`), or the one for the same model and GPUs."""
+    it is (:func:`pagedsim.models.budget.preset_of`), or the one for the same model and GPUs."""
     model = get_model(b.model)
     gpu = get_gpu(b.gpu)
     gpus = f"{b.num_gpus} x {gpu.name}"

@@ -1,4 +1,5 @@
-"""``pagedsim schemes``: the registered allocation schemes (:data:`pagedsim.schemes.SCHEMES`),
+"""``pagedsim schemes``: the registered allocation schemes
+(:data:`pagedsim.memory.schemes.SCHEMES`),
 one line each, or as JSON. Any of them can be given to ``compare --schemes``."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..schemes import DEFAULT_SCHEMES, SCHEMES, available
+from ..memory.schemes import DEFAULT_SCHEMES, SCHEMES, available
 
 
 def add_schemes(subparsers: argparse._SubParsersAction) -> None:

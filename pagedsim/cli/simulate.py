@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..budget import BUDGET_PRESETS, PAPER_OPT_13B, get_budget_preset
-from ..scheduler import POLICIES, PREEMPTION_MODES
-from ..scheduler_config import ORDERS
-from ..specs import GPUS
-from ..traces import ON_TOO_LONG, TraceError
+from ..engine.scheduler import POLICIES, PREEMPTION_MODES
+from ..engine.scheduler_config import ORDERS
+from ..models.budget import BUDGET_PRESETS, PAPER_OPT_13B, get_budget_preset
+from ..models.specs import GPUS
 from ..units import GiB
+from ..workloads.traces import ON_TOO_LONG, TraceError
 from .argtypes import csv_list, gib_to_bytes, jobs, nonempty, preset, rate, whole
 from .base import PROG, UNITS_NOTE, CliError
 from .dask import add_dask_option, with_dask
@@ -80,7 +80,7 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                    help=f"synthetic ShareGPT-/Alpaca-like lengths; system-prompt, "
                         f"multi-turn or few-shot: prompts that share content (shared system "
                         f"prompts, conversation histories, few-shot examples; "
-                        f"pagedsim.sharing_workloads); or a trace file (Azure "
+                        f"pagedsim.workloads.sharing_workloads); or a trace file (Azure "
                         f"2023 CSV or pagedsim CSV/JSONL; its arrival times are used, "
                         f"rebased to the first row's when they are wall-clock readings) "
                         f"({wl}). With a trace, a one-line report of what loading "
@@ -172,7 +172,7 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
 
 def memory_setting(args: argparse.Namespace) -> dict[str, object]:
     """The memory fields of an :class:`~pagedsim.experiments.Experiment`: ``--preset``
-    (default :data:`pagedsim.budget.PAPER_OPT_13B`), each part overridden by its flag."""
+    (default :data:`pagedsim.models.budget.PAPER_OPT_13B`), each part overridden by its flag."""
     chosen = get_budget_preset(args.preset) if args.preset else PAPER_OPT_13B
 
     def pick(value: object, default: object) -> object:
@@ -359,7 +359,7 @@ def _report_written(args: argparse.Namespace, paths: Sequence[object]) -> None:
 
 def add_compare(subparsers: argparse._SubParsersAction) -> None:
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
-    from ..schemes import DEFAULT_SCHEMES
+    from ..memory.schemes import DEFAULT_SCHEMES
 
     p = subparsers.add_parser(
         "compare",

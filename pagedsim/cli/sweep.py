@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..budget import PAPER_OPT_13B
+from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, finite, nonempty
 from .base import PROG, UNITS_NOTE, ArgumentParser, CliError
 from .dask import with_dask
@@ -111,7 +111,7 @@ class _SweepHelp(argparse.Action):
 def _add_sweep_options(p: argparse.ArgumentParser, name: str | None) -> None:
     """The options of ``pagedsim sweep`` (``name`` None) or of one sweep's help."""
     from ..experiments.sweeps import CACHE_SCHEMES, default_values_text
-    from ..schemes import DEFAULT_SCHEMES
+    from ..memory.schemes import DEFAULT_SCHEMES
 
     add_experiment_options(p, _sweep_defaults(name))
     what = {None: "block sizes, rates, n = beam widths for sharing, or KV pool sizes",
@@ -238,7 +238,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 flag = "--values" if values else "--workload"
                 raise CliError(f"argument {flag}: {exc}") from None
         if name == "cache-size":  # its replay row, checked before the runs
-            from ..cache_replay import check_replay_size
+            from ..experiments.cache_replay import check_replay_size
 
             try:
                 check_replay_size(exp.requests(), exp.block_size)

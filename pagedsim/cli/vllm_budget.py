@@ -1,5 +1,5 @@
 """``pagedsim budget`` in vLLM's terms: the KV memory of one GPU, vLLM v1's KV-cache
-groups and block count (:mod:`pagedsim.vllm_kv`), one computed step per line, and the two
+groups and block count (:mod:`pagedsim.models.vllm_kv`), one computed step per line, and the two
 lines vLLM logs at start-up. Sizes in binary units (GiB = 2**30 bytes)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import argparse
 import json
 from collections import Counter
 
-from ..kv_spec import shard_for_tp
-from ..specs import ModelSpec, get_gpu
+from ..models.kv_spec import shard_for_tp
+from ..models.specs import ModelSpec, get_gpu
+from ..models.vllm_kv import DEFAULT_MAX_NUM_BATCHED_TOKENS, VllmKVCache, vllm_kv_cache
 from ..units import GiB, KiB, MiB
 from ..validate import check_int
-from ..vllm_kv import DEFAULT_MAX_NUM_BATCHED_TOKENS, VllmKVCache, vllm_kv_cache
 from .base import CliError
 
 #: Flags that ask for vLLM's sizing (with any of them, or a model that is not uniform

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cache_replay import replay
-from ..traces import load_trace
+from ..workloads.traces import load_trace
+from .cache_replay import replay
 from .runner import Comparison, compare, shares_frame
 from .spec import Experiment
 from .sweeps import REPLAY_ROW, sweep_cache_size
@@ -211,7 +211,7 @@ of their pool holds running requests.
 def main(argv: Sequence[str] | None = None) -> int:
     from ..cli.base import ArgumentParser, CliError
     from ..cli.outdir import prepare_out
-    from ..workload import MAX_NUM_REQUESTS
+    from ..workloads.workload import MAX_NUM_REQUESTS
 
     prog = "python -m pagedsim.experiments.mooncake"
     p = ArgumentParser(prog=prog, description=(__doc__ or "").split("\n\n")[0])

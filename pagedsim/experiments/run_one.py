@@ -7,9 +7,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..metrics import summarize
-from ..schemes import make_allocator
-from ..simulator import REQUEST_COLUMNS, simulate
+from ..engine.simulator import REQUEST_COLUMNS, simulate
+from ..memory.schemes import make_allocator
+from .metrics import summarize
 from .spec import Experiment
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,7 +22,8 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
     """Simulate ``exp`` under ``scheme``; returns (summary, per-step frame or None).
 
     A module-level function so joblib can send it to worker processes. The summary is
-    :func:`pagedsim.metrics.summarize` plus ``preempted_requests`` (requests preempted at
+    :func:`pagedsim.experiments.metrics.summarize` plus ``preempted_requests`` (requests preempted
+    at
     least once; ``preemptions`` counts preemption events) and the experiment's
     parameters. ``progress``: the simulator's own tqdm bar. ``on_progress(done)`` is
     called with the number of requests done (finished or rejected) as the run advances,
@@ -54,7 +55,7 @@ PROGRESS_EVERY_S = 0.25
 
 
 def _step_counter(report: Callable[[int], None]) -> Callable[[Any, Any], None]:
-    """An ``on_step`` hook for :func:`pagedsim.simulator.simulate` that counts requests
+    """An ``on_step`` hook for :func:`pagedsim.engine.simulator.simulate` that counts requests
     finished or rejected and calls ``report(done)`` at most every
     :data:`PROGRESS_EVERY_S` seconds."""
     done = 0

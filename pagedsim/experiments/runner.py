@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..accounting import CATEGORIES
-from ..schemes import DEFAULT_SCHEMES
+from ..memory.accounting import CATEGORIES
+from ..memory.schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
 from .dask_runner import active_runner
 from .run_one import PROGRESS_EVERY_S, run_scheme

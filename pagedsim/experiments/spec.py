@@ -13,20 +13,20 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..accounting import CATEGORIES
-from ..budget import PAPER_OPT_13B, kv_budget, preset_of
-from ..cost import CostModel
-from ..scheduler import POLICIES, PREEMPTION_MODES, SchedulerConfig
-from ..scheduler_config import ORDERS
-from ..schemes import get_scheme
-from ..sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
-from ..specs import get_gpu, get_model
-from ..traces import ON_TOO_LONG, Trace, TraceError, load_trace
+from ..engine.cost import CostModel
+from ..engine.scheduler import POLICIES, PREEMPTION_MODES, SchedulerConfig
+from ..engine.scheduler_config import ORDERS
+from ..memory.accounting import CATEGORIES
+from ..memory.schemes import get_scheme
+from ..models.budget import PAPER_OPT_13B, kv_budget, preset_of
+from ..models.specs import get_gpu, get_model
 from ..units import GiB
 from ..user_files import file_kind
 from ..validate import check_choice, check_int
-from ..workload import MAX_NUM_REQUESTS as WORKLOAD_MAX_NUM_REQUESTS
-from ..workload import (
+from ..workloads.sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
+from ..workloads.traces import ON_TOO_LONG, Trace, TraceError, load_trace
+from ..workloads.workload import MAX_NUM_REQUESTS as WORKLOAD_MAX_NUM_REQUESTS
+from ..workloads.workload import (
     Request,
     WorkloadConfig,
     check_num_requests,
@@ -38,7 +38,7 @@ from ..workload import (
 DEFAULT_RATE = 5.0
 #: Default number of requests per run.
 DEFAULT_NUM_REQUESTS = 2000
-#: Most requests one run may simulate (:data:`pagedsim.workload.MAX_NUM_REQUESTS`, the
+#: Most requests one run may simulate (:data:`pagedsim.workloads.workload.MAX_NUM_REQUESTS`, the
 #: same limit for compare, sweep and cache-replay).
 MAX_NUM_REQUESTS = WORKLOAD_MAX_NUM_REQUESTS
 #: Most blocks (of ``block_size`` slots) a simulated KV pool may have: 2**26 = 67,108,864.
@@ -47,7 +47,7 @@ MAX_NUM_REQUESTS = WORKLOAD_MAX_NUM_REQUESTS
 #: pool, 8 x H200 with blocks of 16, has under 2**20 blocks.
 MAX_POOL_BLOCKS = 1 << 26
 #: Workload kinds the CLI accepts by name (anything else is a trace file path).
-#: The sharing ones (pagedsim.sharing_workloads) fill prompt_pieces: their prompts share
+#: The sharing ones (pagedsim.workloads.sharing_workloads) fill prompt_pieces: their prompts share
 #: system prompts, conversation histories or few-shot examples.
 WORKLOAD_NAMES = ("sharegpt", "alpaca", *SHARING_WORKLOAD_NAMES)
 #: Which part of the run a compare table reports: saturated steps, or all of it.
@@ -65,8 +65,8 @@ class Experiment:
 
     Sizes in bytes, rates in requests/s. ``workload`` is ``"sharegpt"``, ``"alpaca"``, one of
     the prefix-sharing shapes ``"system-prompt"``, ``"multi-turn"``, ``"few-shot"``
-    (:func:`pagedsim.sharing_workloads.sharing_workload`) or the path of a trace file
-    (:func:`pagedsim.traces.load_trace`). ``n`` / ``beam_width`` are given to every
+    (:func:`pagedsim.workloads.sharing_workloads.sharing_workload`) or the path of a trace file
+    (:func:`pagedsim.workloads.traces.load_trace`). ``n`` / ``beam_width`` are given to every
     request (they override a trace's). ``swap_bytes`` is the CPU swap
     space for ``preemption="swap"`` (vLLM's default ``swap_space`` is 4 GiB per GPU).
     ``max_num_batched_tokens`` None means ``max(2048, max_model_len)``.
@@ -75,7 +75,7 @@ class Experiment:
     number of requests (``None`` becomes :data:`DEFAULT_RATE` / :data:`DEFAULT_NUM_REQUESTS`
     when the experiment is built). For a trace, ``num_requests`` takes its first N
     requests (``None``: all of them) and ``rate_per_s`` rescales its arrival gaps to that
-    mean rate (:meth:`pagedsim.traces.Trace.rescale_rate`; ``None``: the recorded times).
+    mean rate (:meth:`pagedsim.workloads.traces.Trace.rescale_rate`; ``None``: the recorded times).
 
     Trace only: ``on_too_long`` (``"clip"``, ``"skip"`` or ``"error"``) handles requests
     longer than the model's context (``max_model_len`` tokens), ``skip_zero_output``
@@ -84,7 +84,7 @@ class Experiment:
     :meth:`trace_report`.
     """
 
-    # The memory setting defaults to the paper's (pagedsim.budget.PAPER_OPT_13B).
+    # The memory setting defaults to the paper's (pagedsim.models.budget.PAPER_OPT_13B).
     model: str = PAPER_OPT_13B.model
     gpu: str = PAPER_OPT_13B.gpu
     num_gpus: int = PAPER_OPT_13B.num_gpus
@@ -99,8 +99,8 @@ class Experiment:
     beam_width: int = 1
     block_size: int = 16
     preemption: str = "recompute"
-    policy: str = "v0"  # scheduler policy: v0 or chunked (see pagedsim.scheduler)
-    order: str = "fcfs"  # waiting-queue order: fcfs or lpm (see pagedsim.waiting_order)
+    policy: str = "v0"  # scheduler policy: v0 or chunked (see pagedsim.engine.scheduler)
+    order: str = "fcfs"  # waiting-queue order: fcfs or lpm (see pagedsim.engine.waiting_order)
     swap_bytes: int = 4 * GiB
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None
@@ -177,7 +177,7 @@ class Experiment:
         return get_model(self.model).max_model_len
 
     def capacity_slots(self) -> int:
-        """Token slots of the KV pool (:func:`pagedsim.budget.kv_budget`'s ``max_tokens``:
+        """Token slots of the KV pool (:func:`pagedsim.models.budget.kv_budget`'s ``max_tokens``:
         whole blocks of ``block_size``; the contiguous schemes get the same slots), or
         ``capacity_tokens`` rounded down to whole blocks when it is set."""
         if self.capacity_tokens is not None:
@@ -224,7 +224,7 @@ class Experiment:
         wall-clock readings; any other offset is subtracted here, so a trace and the same
         trace with rebased timestamps simulate identically), rescaled to ``rate_per_s``.
 
-        Raises :class:`pagedsim.traces.TraceError` for a bad file or one that leaves no
+        Raises :class:`pagedsim.workloads.traces.TraceError` for a bad file or one that leaves no
         request, ``ValueError`` starting ``rate_per_s`` for a rate that cannot be applied
         (fewer than 2 requests, or all arriving at once), and ``ValueError`` if the
         workload is not a trace.
@@ -264,7 +264,7 @@ class Experiment:
         return trace
 
     def trace_report(self) -> str | None:
-        """:meth:`pagedsim.traces.Trace.report` of :meth:`trace` (one line: requests
+        """:meth:`pagedsim.workloads.traces.Trace.report` of :meth:`trace` (one line: requests
         loaded, and everything loading, ``num_requests`` and ``rate_per_s`` changed or
         left out), or ``None`` for a synthetic workload. Loads the file: call it once, in
         the parent process (runs in worker processes print nothing)."""
@@ -283,7 +283,7 @@ class Experiment:
 
     @property
     def preset(self) -> str | None:
-        """The name of the memory setting (:data:`pagedsim.budget.BUDGET_PRESETS`) this
+        """The name of the memory setting (:data:`pagedsim.models.budget.BUDGET_PRESETS`) this
         experiment's model, GPUs, utilization, activations and weights are, or None
         (also None when ``capacity_tokens`` sets the pool: no preset's pool, then)."""
         if self.capacity_tokens is not None:
@@ -300,7 +300,7 @@ class Experiment:
     def preemption_text(self) -> str:
         """How a preempted request is handled, in words. Under ``recompute``, groups of
         several sequences are swapped to the CPU pool, as vLLM v0 does (and restarted
-        only when it has no room; see :mod:`pagedsim.scheduler`)."""
+        only when it has no room; see :mod:`pagedsim.engine.scheduler`)."""
         if self.preemption == "recompute" and self.multi_sequence:
             if self.swap_bytes == 0:
                 return ("preemption by recompute (multi-sequence groups restart: no "

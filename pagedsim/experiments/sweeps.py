@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..cache_replay import check_replay_size, replay
+from ..engine.scheduler import PREEMPTION_MODES
+from ..memory.schemes import DEFAULT_SCHEMES
 from ..paper import SHARING_SAVINGS_ALPACA, figure13_batch
-from ..scheduler import PREEMPTION_MODES
-from ..schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
-from ..workload import MIN_RATE_PER_S
+from ..workloads.workload import MIN_RATE_PER_S
+from .cache_replay import check_replay_size, replay
 from .runner import run_many
 from .spec import MAX_POOL_BLOCKS, Experiment, check_schemes
 
@@ -39,7 +39,7 @@ SWEEP_PREEMPTION_BLOCK_SIZES = (1, 4, 16, 64, 256)
 SWEEP_CACHE_TOKENS = (2048, 4096, 8192, 16384, 32768, 65536)
 #: The schemes of the cache-size sweep by default: the two that cache across requests.
 CACHE_SCHEMES = ("prefix-cache", "radix")
-#: The ``scheme`` of the cache-size sweep's scheduler-free rows (pagedsim.cache_replay).
+#: The ``scheme`` of the cache-size sweep's scheduler-free rows (pagedsim.experiments.cache_replay).
 REPLAY_ROW = "cache-replay (no scheduler)"
 
 
@@ -115,7 +115,7 @@ def sweep_cache_size(exp: Experiment, capacities: Sequence[int] = SWEEP_CACHE_TO
     """Prefix-cache hit rate against the size of the KV pool: one run per (capacity in
     token slots, scheme), the pool set by ``capacity_tokens``; then, per capacity, one
     row ``scheme`` = :data:`REPLAY_ROW`: the same requests through
-    :func:`pagedsim.cache_replay.replay` (arrival order, no scheduler, prompt blocks
+    :func:`pagedsim.experiments.cache_replay.replay` (arrival order, no scheduler, prompt blocks
     only, an LRU cache of that many tokens at the experiment's block size), the curve
     the scheduler's runs are compared with. Its ``prefix_queries`` / ``prefix_hits``
     are prompt tokens, ``evictions`` blocks; columns it has no value for are NaN."""

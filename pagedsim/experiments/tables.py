@@ -11,8 +11,8 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..accounting import CATEGORIES
-from ..budget import PAPER_OPT_13B
+from ..memory.accounting import CATEGORIES
+from ..models.budget import PAPER_OPT_13B
 from ..paper import (
     DEFAULT_BLOCK_SIZE,
     FIGURE13_BATCH,
@@ -41,7 +41,7 @@ def _fmt(x: float, spec: str) -> str:
 def figure2_mismatches(exp: Experiment) -> list[str]:
     """How ``exp`` differs from the setting of the vLLM paper's Figure 2 (and Figure
     13): OPT-13B on one A100-40GB with 12 GiB of KV cache (preset
-    :data:`~pagedsim.budget.PAPER_OPT_13B`), ShareGPT-like requests of one sequence,
+    :data:`~pagedsim.models.budget.PAPER_OPT_13B`), ShareGPT-like requests of one sequence,
     blocks of 16, v0 scheduling. Empty when it is that setting (the paper's numbers may
     then stand beside ours)."""
     out = []

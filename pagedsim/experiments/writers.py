@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..accounting import CATEGORIES
-from ..metrics import SUMMARY_KEYS
+from ..memory.accounting import CATEGORIES
 from ..paper import FIGURE2_SHARES, FIGURE13_RATE, paper_key
 from ..plots.palette import CATEGORY_SHORT, category_of
+from .metrics import SUMMARY_KEYS
 from .report import figures_readme
 from .runner import Comparison, compare, shares_frame
 from .spec import Experiment

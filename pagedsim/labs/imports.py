@@ -5,9 +5,9 @@ Checked statically with ``ast``, without running the student's code:
 - ``import X`` / ``import X.Y as z``, ``from X import y`` (which imports ``X.y`` too);
 - ``importlib.import_module("X")`` and ``__import__("X")`` with a literal name;
 - names reached through an allowed module that come from a forbidden one: with
-  ``pagedsim.budget`` forbidden, ``from pagedsim import kv_budget`` and
+  ``pagedsim.models.budget`` forbidden, ``from pagedsim import kv_budget`` and
   ``import pagedsim; pagedsim.kv_budget(...)`` are caught too, since ``pagedsim``
-  re-exports ``kv_budget`` from ``pagedsim.budget``. Such names are looked up by importing
+  re-exports ``kv_budget`` from ``pagedsim.models.budget``. Such names are looked up by importing
   the module they are reached through, only when it is in the same top-level package as a
   forbidden module (the grader's own process has imported pagedsim already).
 
@@ -20,6 +20,8 @@ import ast
 import importlib
 import types
 
+from .pysource import parse
+
 
 def forbidden_imports(source: str, forbidden: tuple[str, ...] | list[str],
                       filename: str = "<string>") -> list[str]:
@@ -29,7 +31,7 @@ def forbidden_imports(source: str, forbidden: tuple[str, ...] | list[str],
     if not forbidden:
         return []
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse(source, filename=filename)
     except (SyntaxError, ValueError):
         return []
     bound: dict[str, str] = {}  # local name -> the dotted name it was imported as

@@ -5,7 +5,7 @@ A lab is a folder ``lab<N>_<slug>/`` holding ``lab.json``, the student module(s)
 ``lab.json`` (every key required unless marked optional)::
 
     {"id": 1, "title": "Memory budget", "hours": 3, "notebook": "notebooks/01_kv_cache.ipynb",
-     "student_files": ["budget_lab.py"], "forbidden_imports": ["pagedsim.budget"],
+     "student_files": ["budget_lab.py"], "forbidden_imports": ["pagedsim.models.budget"],
      "tasks": [{"marker": "lab1_1", "title": "bytes per token with GQA", "points": 10}],
      "requires": ["hypothesis>=6.100"],                                # optional
      "worker_modules": ["adapters"]}                                   # optional
@@ -215,7 +215,7 @@ def load_lab(folder: Path) -> LabInfo:
     for name in forbidden:
         if not _MODULE_RE.match(name):
             raise LabError(f"{where}: forbidden_imports entry {name!r} is not a module name "
-                           "such as 'pagedsim.budget'")
+                           "such as 'pagedsim.models.budget'")
     requires = _names(where, "requires", raw.get("requires", []), allow_empty=True)
     worker_modules = _names(where, "worker_modules", raw.get("worker_modules", []),
                             allow_empty=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from ..accounting import CATEGORIES
+from ..memory.accounting import CATEGORIES
 from ._mpl import NOTEBOOK_WIDTH_IN, axes_or_new, below, legend_patch, rect_collection
 from .layout import arena_segments, as_snapshot, capacity_slots, category_counts
 from .palette import CATEGORY_COLORS, CATEGORY_HATCHES, CATEGORY_SHORT, mix

@@ -30,7 +30,7 @@ def queue_order(allocator_or_snapshot: Any) -> list[tuple[int, bool]]:
     """The free queue, head (next block handed out) first, as ``(block, cached)`` pairs.
 
     Needs a snapshot with ``free_blocks`` in queue order and ``cached_blocks``
-    (:meth:`pagedsim.allocators.prefix_cache.PrefixCachingAllocator.snapshot`).
+    (:meth:`pagedsim.memory.prefix_cache.PrefixCachingAllocator.snapshot`).
     """
     snap = as_snapshot(allocator_or_snapshot)
     if snap.get("kind") != "prefix-cache":  # radix keeps cached pages in its tree instead

@@ -1,7 +1,8 @@
 """What each picture shows, computed from an allocator snapshot (no drawing here).
 
 The pictures colour every slot with the accounting's own rules
-(:func:`pagedsim.accounting.final_tokens` and :func:`~pagedsim.accounting.split_slots`,
+(:func:`pagedsim.memory.accounting.final_tokens` and
+:func:`~pagedsim.memory.accounting.split_slots`,
 which every allocator's ``usage()`` uses too), so the counts here equal the account's.
 A snapshot's ``view`` says which layout applies: ``"blocks"`` (a pool of equal blocks
 or pages with block tables) or ``"arena"`` (regions and holes in a linear arena).
@@ -14,9 +15,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..accounting import CATEGORIES, final_tokens, split_slots
+from ..memory.accounting import CATEGORIES, final_tokens, split_slots
 
-#: What a snapshot's ``view`` may say (as :data:`pagedsim.schemes.VIEWS`).
+#: What a snapshot's ``view`` may say (as :data:`pagedsim.memory.schemes.VIEWS`).
 VIEWS = ("blocks", "arena")
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Hashable, Iterable
 
-from ..accounting import CATEGORIES
+from ..memory.accounting import CATEGORIES
 
-#: Fill colour of each slot category (see :mod:`pagedsim.accounting`).
+#: Fill colour of each slot category (see :mod:`pagedsim.memory.accounting`).
 CATEGORY_COLORS: dict[str, str] = {
     "token": "#0072B2",  # strong blue: K/V of tokens that exist now
     "reserved": "#56B4E9",  # sky blue: will hold tokens (a lighter cousin of token)
@@ -113,7 +113,7 @@ PERCENT_COLUMNS = frozenset({"sharing_saving", "paper_saving", "saturated_time_f
                              "utilization", "prefix_hit_rate"})
 
 #: Prefixes of the summary's share columns: ``all_`` over the whole run, ``sat_`` over the
-#: saturated steps only (see :mod:`pagedsim.metrics`).
+#: saturated steps only (see :mod:`pagedsim.experiments.metrics`).
 SHARE_PREFIXES = ("all_", "sat_")
 
 

@@ -1,6 +1,6 @@
 """Draw any scheme's pool: the adapter its snapshot's ``view`` names.
 
-A scheme's registry entry (:mod:`pagedsim.schemes`) says how it is drawn; its
+A scheme's registry entry (:mod:`pagedsim.memory.schemes`) says how it is drawn; its
 allocator's snapshot carries the same word as ``view``: ``"blocks"`` pools (paged
 blocks, vAttention pages) are drawn by :func:`block_map`, ``"arena"`` pools
 (contiguous regions) by :func:`arena_map`.

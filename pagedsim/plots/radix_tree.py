@@ -9,7 +9,7 @@ leaves first, least recently used first. Under each node: its lock count and its
 last use (the allocator's logical clock).
 
 The picture reads the snapshot's ``"tree"`` list
-(:meth:`pagedsim.allocators.radix_tree.RadixTree.describe`: parents before children,
+(:meth:`pagedsim.memory.radix_tree.RadixTree.describe`: parents before children,
 each with ``parent`` index, ``blocks``, ``lock_ref``, ``last_access``).
 """
 

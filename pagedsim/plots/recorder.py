@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..accounting import SlotAccount, account
+from ..memory.accounting import SlotAccount, account
 from ._mpl import NOTEBOOK_WIDTH_IN, legend_patch
 from .arena_map import arena_key, arena_map
 from .block_map import block_map, block_map_key, grid_geometry

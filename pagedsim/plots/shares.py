@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..accounting import CATEGORIES
+from ..memory.accounting import CATEGORIES
 from ._mpl import NOTEBOOK_WIDTH_IN, axes_or_new, legend_patch
 from .palette import CATEGORY_COLORS, CATEGORY_SHORT, text_color_on
 

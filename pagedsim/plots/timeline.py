@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..accounting import CATEGORIES
+from ..memory.accounting import CATEGORIES
 from ._mpl import NOTEBOOK_WIDTH_IN, axes_or_new
 from .palette import CATEGORY_COLORS, CATEGORY_HATCHES, CATEGORY_LABELS, column_label
 

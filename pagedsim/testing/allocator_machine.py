@@ -8,7 +8,7 @@ allocator forgot a copy-on-write, handed a slot to two sequences, or lost a toke
 on swap, some sequence would read back a wrong value.
 
 The rules come in groups, so that an allocator offering only part of pagedsim's
-narrow interface (:class:`pagedsim.allocators.base.Allocator`), such as a classroom
+narrow interface (:class:`pagedsim.memory.base.Allocator`), such as a classroom
 lab's, can be tested with the groups it supports:
 
 - :class:`AllocatorMachine`, the core: ``allocate_group`` (one sequence, no forks),
@@ -42,9 +42,9 @@ from collections.abc import Callable
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from ..accounting import CATEGORIES, SlotAccount, account
-from ..allocators.base import KVCopy
 from ..errors import OutOfMemoryError
+from ..memory.accounting import CATEGORIES, SlotAccount, account
+from ..memory.base import KVCopy
 from .kv_copies import apply_copies
 from .refusal_rules import RefusalRules
 

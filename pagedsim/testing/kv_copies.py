@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..allocators.base import KVCopy
+from ..memory.base import KVCopy
 
 
 def apply_copies(src_mem: dict, dst_mem: dict, copies: Iterable[KVCopy]) -> None:

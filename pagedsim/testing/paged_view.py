@@ -4,7 +4,7 @@ A lab asks students for a small paged allocator: a free list, block tables, refe
 counts, ``allocate`` / ``append_slot`` / ``free`` (and ``fork`` with copy-on-write). The
 scheduler, the simulator, the accounting and the allocator state machine
 (:mod:`pagedsim.testing.allocator_machine`) want pagedsim's narrow
-:class:`~pagedsim.allocators.base.Allocator` interface. :class:`PagedView` provides that
+:class:`~pagedsim.memory.base.Allocator` interface. :class:`PagedView` provides that
 interface on top of a few accessors, which by default read the student's object
 (``self.lab``: its calls and its state attributes, named in the class) and a lab's
 ``adapters.py`` overrides where its lab differs; everything the student did not write
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
-from ..accounting import final_tokens
-from ..allocators.base import AppendResult, KVCopy, SlotUsage, SwappedGroup
 from ..errors import OutOfMemoryError
+from ..memory.accounting import final_tokens
+from ..memory.base import AppendResult, KVCopy, SlotUsage, SwappedGroup
 from .state_checks import check_blocks
 
 

@@ -1,0 +1,201 @@
+"""A roofline cost model of one serving step, and of swapping KV blocks over PCIe.
+
+One step of iteration-level batching runs the model once over every token it processes:
+the prompt tokens being prefilled and one new token per decoding sequence. Its time is
+bounded below both by arithmetic and by memory traffic, so (the roofline)::
+
+    step_time_s = max(flops / (peak_flops_per_s * num_gpus),
+                      bytes  / (hbm_bytes_per_s * num_gpus)) + step_overhead_s
+
+with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hidden size
+``h`` (= num_heads x head_dim, the width of the queries):
+
+* ``flops = 2 * num_params * tokens + 4 * L * h * (kv_tokens_read + prefill_attn_pairs)``.
+  A token passing through a weight matrix costs a multiply and an add per weight, hence
+  2 x params per token (embeddings are counted too: a slight over-estimate). Attention
+  costs, per layer, per query token and per key it attends to, ``2h`` for ``q . k`` and
+  ``2h`` for weighting ``v``: ``4 L h`` per (query, key) pair. For decode, the pairs are
+  the context tokens read from the cache (``kv_tokens_read``); a prefilled prompt's
+  causal self-attention adds ``P (P + 1) / 2`` pairs per prompt of ``P`` tokens
+  (``prefill_attn_pairs``; 0 by default, which leaves it out: for OPT-13B it equals the
+  2 x params term only at ~34K-token prompts; at 2048 tokens it adds about 3%).
+* ``bytes = weights_bytes + (kv_tokens_read * (1 + kv_block_overhead_tokens / block_size)
+  + tokens) * bytes_per_token``: every step streams all weights from HBM once (whatever
+  the batch: that is why batching pays), reads the cached K/V it attends to, and writes
+  one K/V slot per processed token. Activations are left out (they are small and mostly
+  stay on chip).
+* The paged attention kernel looks every block up in a block table and gathers it
+  separately, so it reads K/V less efficiently than a kernel streaming one contiguous
+  region, and the smaller the blocks the worse: each block read costs as much as
+  ``kv_block_overhead_tokens`` more tokens of K/V. ``block_size`` is None for schemes
+  whose kernel reads each request contiguously (contiguous regions, vAttention's virtual
+  tensors): no such cost. The default, 3.68 tokens, is calibrated on the vLLM paper's
+  kernel microbenchmark (§7.1, Fig. 18a): at blocks of 16 its paged attention kernel has
+  20-26% higher latency than FasterTransformer's contiguous one, and 16 x 0.23 = 3.68.
+  It makes K/V reads 4.7x slower at blocks of 1, 1.92x at 4, 1.46x at 8, 1.23x at 16,
+  1.12x at 32 and 1.06x at 64 (a model of the paper's finding, §7.2, that small blocks
+  under-use the GPU's memory parallelism; measure your own kernel with
+  ``python -m pagedsim.kernels.bench`` on a GPU and set it).
+
+``num_gpus`` models ideal tensor parallelism: weights, KV and work split evenly, peak and
+bandwidth add up, communication is free (an optimistic bound).
+
+Defaults that are assumptions, not measurements (set them from your own if you have any):
+
+* ``step_overhead_s = 2 ms``: per-step CPU work that the roofline does not see: the
+  scheduler's Python, preparing inputs, and launching the kernels of every layer (of the
+  order of ten launches per layer at a few microseconds each, ~40 layers, without CUDA
+  graphs). It matters at small batches, where the step is otherwise short.
+* ``pcie_bytes_per_s = 25e9`` (25 GB/s): PCIe 4.0 x16, the A100's host link, carries
+  about 31.5 GB/s per direction in theory (16 GT/s x 16 lanes, 128b/130b coding);
+  pinned-memory copies reach somewhat less in practice.
+* ``swap_copy_overhead_s = 10 us`` per copy call: vLLM swaps with one copy per block (per
+  layer, for K and for V), each with a fixed launch/DMA set-up cost; so many small blocks
+  swap slower than few large ones of the same total bytes (the paper's §7.3).
+
+Sanity example, computed by this code: OPT-13B on one A100-40GB, a decode step of 32
+sequences with 500 tokens of context each. Reading 26 GiB of weights plus 16,000 x 800 KiB
+of KV takes 26.4 ms at 1.555 TB/s, while the ~0.91 TFLOP need 2.9 ms at 312 TFLOP/s, so
+the step is memory-bound and, with the 2 ms overhead, takes 28.4 ms (~1,130 tokens/s):
+
+>>> from pagedsim.models.specs import get_gpu, get_model
+>>> cost = CostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
+>>> f"{cost.step_bytes(0, 32, 32 * 500) / 1e9:.2f} GB"
+'41.05 GB'
+>>> f"{cost.step_flops(0, 32, 32 * 500) / 1e12:.3f} TFLOP"
+'0.906 TFLOP'
+>>> f"{cost.step_time_s(0, 32, 32 * 500) * 1e3:.1f} ms"
+'28.4 ms'
+>>> f"{cost.swap_time_s(16 * 800 * 1024) * 1e6:.0f} us"  # one 16-token block, one copy
+'534 us'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..models.specs import GpuSpec, ModelSpec
+from ..validate import check_int
+
+
+def _check_seconds_or_rate(name: str, value: object, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, "
+                         f"got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Roofline step time for ``model`` on ``num_gpus`` x ``gpu`` (see the module docstring).
+
+    ``step_overhead_s`` is seconds added to every non-empty step, ``pcie_bytes_per_s`` the
+    host link bandwidth per GPU in bytes/s, ``swap_copy_overhead_s`` seconds per copy call,
+    ``block_size`` the attention kernel's block (slots, None = contiguous reads) and
+    ``kv_block_overhead_tokens`` what one block lookup costs in tokens of K/V read.
+    """
+
+    model: ModelSpec
+    gpu: GpuSpec
+    num_gpus: int = 1
+    step_overhead_s: float = 2e-3
+    pcie_bytes_per_s: float = 25e9
+    swap_copy_overhead_s: float = 10e-6
+    block_size: int | None = None  # slots per block-table lookup of the attention kernel
+    kv_block_overhead_tokens: float = 3.68  # K/V tokens one block lookup costs extra
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, ModelSpec):
+            raise TypeError(f"model must be a ModelSpec, got {self.model!r}")
+        if not isinstance(self.gpu, GpuSpec):
+            raise TypeError(f"gpu must be a GpuSpec, got {self.gpu!r}")
+        check_int("num_gpus", self.num_gpus, minimum=1)
+        _check_seconds_or_rate("step_overhead_s", self.step_overhead_s, positive=False)
+        _check_seconds_or_rate("pcie_bytes_per_s", self.pcie_bytes_per_s, positive=True)
+        _check_seconds_or_rate("swap_copy_overhead_s", self.swap_copy_overhead_s,
+                               positive=False)
+        if self.block_size is not None:
+            check_int("block_size", self.block_size, minimum=1)
+        _check_seconds_or_rate("kv_block_overhead_tokens", self.kv_block_overhead_tokens,
+                               positive=False)
+
+    def with_block_size(self, block_size: int | None) -> CostModel:
+        """The same model for an attention kernel that reads blocks of ``block_size`` slots
+        through a block table (None: contiguous reads)."""
+        return replace(self, block_size=block_size)
+
+    @staticmethod
+    def _check_step(num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
+                    prefill_attn_pairs: int) -> int:
+        check_int("num_prefill_tokens", num_prefill_tokens, minimum=0)
+        check_int("num_decode_seqs", num_decode_seqs, minimum=0)
+        check_int("kv_tokens_read", kv_tokens_read, minimum=0)
+        check_int("prefill_attn_pairs", prefill_attn_pairs, minimum=0)
+        tokens = num_prefill_tokens + num_decode_seqs
+        if tokens == 0 and kv_tokens_read:
+            raise ValueError(f"kv_tokens_read ({kv_tokens_read}) needs tokens to attend with; "
+                             "the step processes none")
+        if num_prefill_tokens == 0 and prefill_attn_pairs:
+            raise ValueError(f"prefill_attn_pairs ({prefill_attn_pairs}) without prefill tokens")
+        return tokens
+
+    def step_flops(self, num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
+                   prefill_attn_pairs: int = 0) -> int:
+        """Floating-point operations of one step (all GPUs together)."""
+        tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read,
+                                  prefill_attn_pairs)
+        return self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
+
+    def _flops(self, tokens: int, attn_pairs: int) -> int:
+        m = self.model
+        return 2 * m.num_params * tokens + 4 * m.num_layers * m.hidden_size * attn_pairs
+
+    def _bytes(self, tokens: int, kv_tokens_read: int) -> int:
+        if tokens == 0:
+            return 0
+        kv_read = kv_tokens_read
+        if self.block_size is not None and kv_tokens_read:  # block-table gathers cost extra
+            kv_read = round(kv_tokens_read * (1 + self.kv_block_overhead_tokens / self.block_size))
+        return self.model.weights_bytes + (kv_read + tokens) * self.model.bytes_per_token
+
+    def step_bytes(self, num_prefill_tokens: int, num_decode_seqs: int,
+                   kv_tokens_read: int) -> int:
+        """HBM bytes one step moves (all GPUs together): weights once, KV read, KV written."""
+        tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read, 0)
+        return self._bytes(tokens, kv_tokens_read)
+
+    def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
+                    prefill_attn_pairs: int = 0) -> float:
+        """Seconds for one step that prefills ``num_prefill_tokens`` prompt tokens, decodes one
+        token for each of ``num_decode_seqs`` sequences, and reads ``kv_tokens_read`` cached
+        tokens' K/V (the sum of the decoding sequences' context lengths, plus any cached
+        prefix a prefill attends to). ``prefill_attn_pairs``: see the module docstring.
+
+        An empty step (no tokens) costs 0 s: the simulator skips ahead to the next arrival.
+        """
+        # Validate once, then compute both sides of the roofline (this runs every step).
+        tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read,
+                                  prefill_attn_pairs)
+        flops = self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
+        if flops == 0:
+            return 0.0
+        num_bytes = self._bytes(tokens, kv_tokens_read)
+        compute_s = flops / (self.gpu.peak_flops_per_s * self.num_gpus)
+        memory_s = num_bytes / (self.gpu.hbm_bytes_per_s * self.num_gpus)
+        return max(compute_s, memory_s) + self.step_overhead_s
+
+    def swap_time_s(self, num_bytes: int, num_copies: int = 1) -> float:
+        """Seconds to move ``num_bytes`` between GPU and CPU memory in ``num_copies`` copy
+        calls (vLLM: one per block, per layer, for K and for V). Each GPU swaps its own
+        shard over its own link, so bandwidth scales with ``num_gpus``. 0 bytes cost 0 s.
+        """
+        check_int("num_bytes", num_bytes, minimum=0)
+        check_int("num_copies", num_copies, minimum=0)
+        if num_bytes == 0:
+            return 0.0
+        if num_copies == 0:
+            raise ValueError(f"moving {num_bytes} bytes needs at least one copy")
+        return (num_copies * self.swap_copy_overhead_s
+                + num_bytes / (self.pcie_bytes_per_s * self.num_gpus))

@@ -1,0 +1,119 @@
+"""The seam between scheduling and execution: one step's plan.
+
+Each step the :class:`~pagedsim.engine.scheduler.Scheduler` decides what runs and updates
+the allocator's bookkeeping; it returns a :class:`StepPlan` that an *executor* carries
+out. The simulator's executor only advances the cost model and the accounting; a real
+executor (``pagedsim.kernels.executor``) moves K/V data and runs a model. A real executor must
+apply the plan's data movements in this order, which is the order in which the
+scheduler took and released memory, so that no slot is overwritten before it is read:
+
+1. scrub (if it keeps a sentinel) memory released before this step's forks, that is
+   everything released except this step's ``swap_outs`` sources;
+2. ``forks``: copies that give forked sequences their parent's tokens (schemes that do
+   not share). The scheduler forks before it preempts, so a fork writes only into
+   memory it held before any preemption of this step; a group may fork and then be
+   swapped out in the same step, so forks run before the swap-out reads;
+3. ``swap_outs``: GPU -> CPU copies of preempted groups (their blocks are already free
+   in the allocator and may be handed out again below, so read them now);
+4. ``cow_copies``: copy-on-write block copies of this step's appends and chunks;
+5. ``swap_ins``: CPU -> GPU copies of groups coming back;
+6. then run the model: ``prefills`` write their prompt's K/V, ``decodes`` write one
+   token each into ``decode_slots`` and attend over their sequence.
+
+Sequences in ``frees`` were released before anything else (finished, dropped beams,
+preempted by recomputation); their K/V is garbage from now on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..memory.base import KVCopy, SeqId, SwappedGroup
+from ..workloads.workload import Request
+
+
+@dataclass(slots=True, eq=False)
+class SequenceGroup:
+    """One request and the sequences it runs as (n samples or beam_width beams).
+
+    All sequences of a group advance in lockstep: after the prefill each holds the
+    prompt and ``num_output - 1`` generated tokens' K/V, plus one sampled token whose
+    K/V the next decode step writes.
+    """
+
+    request: Request
+    seq_ids: list[SeqId]
+    num_output: int = 0  # tokens sampled so far (the request's output length when done)
+    status: str = "waiting"  # waiting | running | swapped | finished | rejected
+    prefill_left: int = 0  # chunked prefill: tokens still to prefill (0: decoding)
+    swapped: SwappedGroup | None = None
+    pending_frees: list[SeqId] = field(default_factory=list)  # applied at the next step
+    pending_forks: list[tuple[SeqId, SeqId]] = field(default_factory=list)
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    num_preemptions: int = 0
+    reject_reason: str | None = None  # why the request can never run (status "rejected")
+    cached_prompt_tokens: int | None = None  # prompt tokens a prefix cache served, first time
+
+    @property
+    def width(self) -> int:
+        """Sequences the group runs as once it is past its prefill."""
+        return max(self.request.n, self.request.beam_width)
+
+    @property
+    def kv_final_len(self) -> int:
+        """Slots each sequence will hold at most: the last sampled token's K/V is never written."""
+        return self.request.prompt_len + self.request.output_len - 1
+
+
+@dataclass(slots=True)
+class PrefillItem:
+    """Write the K/V of a sequence's tokens ``start .. start + num_tokens - 1`` (prompt,
+    plus generated tokens being recomputed after a preemption) and, if that completes
+    its prefill (``last``), sample its next token. ``start > 0`` is a later chunk of a
+    chunked prefill: it attends to the ``start`` tokens already in the cache."""
+
+    request_id: int
+    seq_id: SeqId
+    num_tokens: int
+    recompute: bool = False
+    start: int = 0
+    last: bool = True
+
+
+@dataclass(slots=True)
+class ForkItem:
+    parent_id: SeqId
+    child_id: SeqId
+    copies: list[KVCopy]
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one step does. See the module docstring for the order of execution."""
+
+    step: int
+    frees: list[SeqId] = field(default_factory=list)
+    swap_outs: list[SwappedGroup] = field(default_factory=list)
+    forks: list[ForkItem] = field(default_factory=list)
+    cow_copies: list[KVCopy] = field(default_factory=list)
+    swap_ins: list[tuple[SwappedGroup, list[KVCopy]]] = field(default_factory=list)
+    prefills: list[PrefillItem] = field(default_factory=list)
+    decode_seq_ids: list[SeqId] = field(default_factory=list)
+    decode_slots: list[int] = field(default_factory=list)  # physical slot per decode
+    decode_request_ids: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)  # request ids preempted this step
+    finished: list[int] = field(default_factory=list)  # request ids done after this step
+    rejected: list[int] = field(default_factory=list)  # request ids that can never run
+    # Totals for the cost model (kept here so the executor needs no other state).
+    num_prefill_tokens: int = 0  # prompt tokens computed (not served from a prefix cache)
+    num_prefill_tokens_cached: int = 0  # prompt tokens a prefix cache served instead
+    prefix_query_tokens: int = 0  # tokens of the admitted prompts looked up in the cache
+    prefix_hit_tokens: int = 0  # of them, tokens found (as vLLM's prefix_cache_hits)
+    kv_tokens_read: int = 0  # context tokens the decodes attend over
+    num_batched_requests: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.prefills or self.decode_seq_ids)

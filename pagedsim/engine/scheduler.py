@@ -1,0 +1,499 @@
+"""Iteration-level continuous batching (as Orca and vLLM do it), over any allocator.
+
+Every step the scheduler:
+
+1. applies what the previous step decided: frees finished requests and dropped beams,
+   forks new samples/beams (children share the parent's blocks when the scheme shares);
+2. runs what its policy allows (``SchedulerConfig.policy``):
+
+   * ``v0`` (the default, vLLM v0 as in the paper): if nothing is swapped out, admit
+     waiting requests in queue order (``SchedulerConfig.order``: FCFS, or ``lpm``'s
+     longest cached prefix first) and prefill them with the whole token budget; a step
+     that prefills does not decode. Otherwise decode one token for every running
+     sequence, oldest request first, and if nothing was preempted bring swapped requests
+     back, oldest first;
+   * ``chunked`` (vLLM v1, Sarathi-Serve): decode every running sequence and give
+     partly prefilled requests their next chunk, oldest first; bring swapped requests
+     back; then admit waiting requests into what is left of the token budget, a long
+     single-sequence prompt split into chunks across steps;
+
+   when an append or a chunk cannot get memory it preempts whole requests, newest first
+   (``recompute``: free and requeue at the front of the queue; ``swap``: move its blocks
+   to a CPU pool). Admission holds memory, ``max_num_seqs`` and ``max_num_batched_tokens``
+   to their limits; the allocator decides whether a request fits, keeping a watermark
+   free where its scheme applies one, as vLLM's block manager does;
+3. counts the sampled token of every group that ran (a chunked prefill samples after its
+   last chunk) and decides what happens next step (finish, fork samples after a
+   prefill, which beams survive).
+
+It returns a :class:`~pagedsim.engine.plan.StepPlan`; it never touches K/V data.
+
+Parallel sampling (``n`` > 1): the prompt is prefilled once, then forked n-1 times;
+paged allocation shares the prompt's blocks and copies only the last, partly filled
+one when the samples diverge. Schemes that cannot share (contiguous regions,
+vAttention) hold room for every sample from admission, so the fork cannot fail, and
+copy the prompt into it. The scheduler only names the children; the allocator decides.
+
+Beam search (``beam_width`` k): after every step, k survivors are chosen among the
+beams' continuations by :class:`BeamModel`: survivor j's parent is beam i with
+probability proportional to ``decay ** i`` (beam 0 is the best so far). Parents with
+several survivors are forked, parents with none are dropped.
+
+Preempting a group of several sequences swaps it even in ``recompute`` mode, as vLLM
+v0 does, when the CPU pool has room: recomputing each sequence's prompt and generated
+tokens separately would lose the group's sharing. Without room (e.g.
+``cpu_swap_slots=0``) the group restarts instead: its sequences are dropped, and it is
+admitted again like a new request (the prompt prefilled once, the samples or beams
+forked again), so it regains its sharing and its outputs are generated again.
+
+A request that can never run is rejected, with a reason the run reports
+(``SequenceGroup.reject_reason``, ``StepPlan.rejected``; :mod:`pagedsim.engine.scheduler_reasons`):
+one longer than ``max_model_len``, one wider than ``max_num_seqs``, a prompt longer than
+``max_num_batched_tokens`` under ``v0``, one that does not fit the pool while nothing
+else holds memory, and one that outgrows the whole pool while running alone. Nothing
+else is ever dropped. A swapped group comes back past the watermark when nothing runs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from ..memory.base import Allocator, SeqId
+from ..workloads.workload import Request
+from .plan import ForkItem, PrefillItem, SequenceGroup, StepPlan
+from .scheduler_config import POLICIES, PREEMPTION_MODES, BeamModel, SchedulerConfig
+from .scheduler_reasons import describe, no_fit_reason, outgrows_reason, too_long_reason
+from .waiting_order import order_waiting
+
+# The configuration lives in its own module; these names stay importable from here.
+__all__ = ["POLICIES", "PREEMPTION_MODES", "BeamModel", "Scheduler", "SchedulerConfig"]
+
+
+class Scheduler:
+    """FCFS continuous batching over ``allocator``; one :meth:`schedule` call per step."""
+
+    def __init__(self, allocator: Allocator, config: SchedulerConfig | None = None) -> None:
+        self.allocator = allocator
+        self.config = config or SchedulerConfig()
+        self.beams = BeamModel(self.config.beam_decay, self.config.seed)
+        self.waiting: deque[SequenceGroup] = deque()
+        self.running: list[SequenceGroup] = []
+        self.swapped: deque[SequenceGroup] = deque()
+        self.groups: dict[int, SequenceGroup] = {}  # every request ever added
+        self.cpu_used_slots = 0
+        self.step_index = 0
+        self._next_seq = 0
+        self._to_free: list[SeqId] = []  # released at the start of the next step
+        self._children: dict[int, list[SeqId]] = {}  # request id -> samples to fork
+        self.num_preemptions = self.num_rejected = 0
+        # Memory only comes back when the scheduler releases some: count releases, and
+        # skip re-trying an admission that failed since the last one (the simulator's hot
+        # path: a saturated run tries the head of the queue at every step).
+        self._releases = 0
+        self._blocked: tuple[SequenceGroup, int, int] | None = None  # group, chunk, epoch
+        self.num_swaps_out = self.num_swaps_in = self.num_cow_copies = 0
+        # The longest request the model runs (tokens): the config's, else the allocator's
+        # (contiguous regions and vAttention's virtual regions are that long); None: no limit.
+        limits = [m for m in (self.config.max_model_len, getattr(allocator, "max_model_len",
+                                                                 None)) if m is not None]
+        self.max_model_len: int | None = min(limits) if limits else None
+        self._too_long: list[SequenceGroup] = []  # rejected at the start of the next step
+
+    # ---------------------------------------------------------------- requests
+    def add_request(self, request: Request) -> SequenceGroup:
+        if request.request_id in self.groups:
+            raise ValueError(f"request id {request.request_id} added twice")
+        group = SequenceGroup(request, [self._new_seq_id()])
+        self.groups[request.request_id] = group
+        limit = self.max_model_len
+        if limit is not None and request.prompt_len + request.output_len > limit:
+            self._too_long.append(group)  # never queued: no allocator is asked about it
+        else:
+            self.waiting.append(group)
+        return group
+
+    def add_requests(self, requests: Iterable[Request]) -> None:
+        for r in requests:
+            self.add_request(r)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped or self._to_free
+                    or self._too_long)
+
+    def _new_seq_id(self) -> int:
+        self._next_seq += 1
+        return self._next_seq
+
+    def next_need_slots(self) -> int | None:
+        """Slots the head of the waiting queue would take (external-fragmentation test)."""
+        if not self.waiting:
+            return None
+        g = self.waiting[0]
+        return self.allocator.slots_needed(
+            g.request.prompt_len + g.num_output, g.kv_final_len
+        )
+
+    # -------------------------------------------------------------------- step
+    def schedule(self, now_s: float = 0.0) -> StepPlan:
+        """Decide one step and update the allocator; see the module docstring."""
+        self.step_index += 1
+        plan = StepPlan(step=self.step_index)
+        alloc = self.allocator
+
+        # 1. What the previous step decided.
+        if self._to_free:
+            self._releases += 1
+        for seq_id in self._to_free:
+            alloc.free(seq_id)
+        plan.frees.extend(self._to_free)
+        self._to_free = []
+        for group in self._too_long:
+            assert self.max_model_len is not None
+            self._reject(group, plan, too_long_reason(group, self.max_model_len))
+        self._too_long = []
+        for group in self.running:
+            if group.pending_frees:
+                self._releases += 1
+                for seq_id in group.pending_frees:
+                    alloc.free(seq_id)
+                plan.frees.extend(group.pending_frees)
+                group.pending_frees = []
+            if group.pending_forks:
+                self._releases += 1  # a fork into held room may move it (a new hole layout)
+                for parent, child in group.pending_forks:
+                    plan.forks.append(ForkItem(parent, child, alloc.fork(parent, child)))
+                group.pending_forks = []
+
+        # 2-4. Run what the policy allows: prefills and/or decodes, swap-ins.
+        if self.config.policy == "v0":
+            victims = self._step_v0(plan, now_s)
+        else:
+            victims = self._step_chunked(plan, now_s)
+        # Recompute victims go back to the front of the queue, oldest first.
+        for victim in sorted(victims, key=lambda g: g.request.arrival_s, reverse=True):
+            if victim.status == "waiting":
+                self.waiting.appendleft(victim)
+
+        # 5. Count the sampled tokens and decide what the next step does.
+        self._after_sampling(plan, now_s)
+        return plan
+
+    # ---------------------------------------------------------------- policies
+    def _step_v0(self, plan: StepPlan, now_s: float) -> list[SequenceGroup]:
+        """vLLM v0 (the paper's vLLM): a step prefills or decodes, never both. New prompts
+        get the whole token budget, so a long prompt never waits behind running decodes
+        (no head-of-line drain); when nothing can be admitted, everyone running decodes,
+        and swapped requests come back if nothing was preempted."""
+        if not self.swapped:
+            self._admit(plan, now_s, self.config.max_num_batched_tokens)
+            if plan.prefills:
+                return []
+        victims, _ = self._run_running(plan, budget=None)
+        if not victims:
+            self._swap_in_all(plan)
+        return victims
+
+    def _step_chunked(self, plan: StepPlan, now_s: float) -> list[SequenceGroup]:
+        """vLLM v1 / Sarathi-Serve: running requests first (one token per decoding
+        sequence, the next chunk of a chunked prefill), then new prompts fill what is
+        left of the token budget, a long one split across steps."""
+        victims, budget = self._run_running(plan, self.config.max_num_batched_tokens)
+        if not victims:
+            self._swap_in_all(plan)
+            if not self.swapped and budget:
+                self._admit(plan, now_s, budget, chunked=True)
+        return victims
+
+    def _swap_in_all(self, plan: StepPlan) -> None:
+        """Swapped requests come back first, oldest first. With nothing running, the
+        oldest comes back even into the watermark (as admission does): the watermark
+        keeps room for running requests' growth, and nothing else could ever free it."""
+        while self.swapped and (self._can_swap_in(self.swapped[0]) or (
+                not self.running and self._can_swap_in(self.swapped[0], watermark=0.0))):
+            self._swap_in(self.swapped.popleft(), plan)
+
+    def _run_running(self, plan: StepPlan, budget: int | None
+                     ) -> tuple[list[SequenceGroup], int | None]:
+        """Give every running group its next tokens, oldest first, preempting the newest
+        requests when memory runs out. ``budget`` (tokens) limits the step, or None.
+        Returns the preempted groups and the budget left."""
+        alloc = self.allocator
+        queue = deque(self.running)
+        self.running = []
+        victims: list[SequenceGroup] = []
+        while queue:
+            group = queue.popleft()
+            chunk = group.prefill_left  # > 0: the next chunk of a chunked prefill
+            if chunk:
+                want = chunk if budget is None else min(chunk, budget)
+            else:
+                want = len(group.seq_ids)
+            if budget is not None and (want == 0 or want > budget):
+                self.running.append(group)  # no budget left this step: it waits
+                continue
+            while not (alloc.can_extend(group.seq_ids[0], want) if chunk
+                       else alloc.can_append_all(group.seq_ids)):
+                if not queue and not self.running:  # alone, and still no room: never will be
+                    self._reject(group, plan, outgrows_reason(alloc, group))
+                    break
+                victim = queue.pop() if queue else group
+                self._preempt(victim, plan)
+                victims.append(victim)
+                if victim is group:
+                    break
+            else:
+                if chunk:
+                    self._prefill_chunk(group, want, plan)
+                else:
+                    self._decode(group, plan)
+                self.running.append(group)
+                if budget is not None:
+                    budget -= want
+        return victims, budget
+
+    def _prefill_chunk(self, group: SequenceGroup, num_tokens: int, plan: StepPlan) -> None:
+        seq_id = group.seq_ids[0]
+        plan.cow_copies.extend(self.allocator.extend(seq_id, num_tokens))
+        start = self.allocator.seq_len(seq_id) - num_tokens
+        group.prefill_left -= num_tokens
+        plan.prefills.append(PrefillItem(group.request.request_id, seq_id, num_tokens,
+                                         group.num_output > 0, start, not group.prefill_left))
+        plan.num_prefill_tokens += num_tokens
+        plan.kv_tokens_read += start  # the chunk attends to what is already cached
+        plan.num_batched_requests += 1
+
+    # --------------------------------------------------------------- decoding
+    def _decode(self, group: SequenceGroup, plan: StepPlan) -> None:
+        append = self.allocator.append_slot
+        for seq_id in group.seq_ids:
+            slot, copy = append(seq_id)
+            if copy is not None:
+                plan.cow_copies.append(copy)
+            plan.decode_seq_ids.append(seq_id)
+            plan.decode_slots.append(slot)
+        rid = group.request.request_id
+        plan.decode_request_ids.append(rid)
+        plan.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len + group.num_output)
+        plan.num_batched_requests += 1
+
+    def _after_sampling(self, plan: StepPlan, now_s: float) -> None:
+        """Every group that ran this step sampled one more token (all its sequences)."""
+        rids = dict.fromkeys(p.request_id for p in plan.prefills if p.last)
+        rids.update(dict.fromkeys(plan.decode_request_ids))
+        any_finished = False
+        for rid in rids:
+            group = self.groups[rid]
+            group.num_output += 1
+            if group.first_token_s is None:
+                group.first_token_s = now_s
+            if group.num_output >= group.request.output_len:
+                self._finish(group, plan)
+                any_finished = True
+            elif len(group.seq_ids) < group.width:  # the prompt's first sampled tokens
+                parent = group.seq_ids[0]
+                for child in self._children.pop(rid):
+                    group.pending_forks.append((parent, child))
+                    group.seq_ids.append(child)
+            elif group.request.beam_width > 1:
+                self._select_beams(group)
+        if any_finished:
+            self.running = [g for g in self.running if g.status != "finished"]
+
+    def _select_beams(self, group: SequenceGroup) -> None:
+        parents = self.beams.parents(len(group.seq_ids))
+        counts = [0] * len(group.seq_ids)
+        for i in parents:
+            counts[i] += 1
+        survivors: list[SeqId] = []
+        forks: list[tuple[SeqId, SeqId]] = []
+        for i, seq_id in enumerate(group.seq_ids):
+            if counts[i] == 0:
+                group.pending_frees.append(seq_id)
+                continue
+            survivors.append(seq_id)
+            for _ in range(counts[i] - 1):
+                child = self._new_seq_id()
+                forks.append((seq_id, child))
+                survivors.append(child)
+        group.pending_forks.extend(forks)
+        group.seq_ids = survivors
+
+    def _finish(self, group: SequenceGroup, plan: StepPlan) -> None:
+        group.status = "finished"
+        self._to_free.extend(group.seq_ids)
+        # Samples never forked (a one-token output) give back any room held for them.
+        for child in self._children.pop(group.request.request_id, []):
+            if child in self.allocator:
+                self._to_free.append(child)
+        plan.finished.append(group.request.request_id)
+
+    # ------------------------------------------------------------- preemption
+    def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
+        self.num_preemptions += 1
+        self._releases += 1
+        group.num_preemptions += 1
+        plan.preempted.append(group.request.request_id)
+        slots = self.allocator.swap_out_slots(group.seq_ids)
+        # Swap when asked to, and (as vLLM v0 does) for groups of several sequences even
+        # under recompute, because recomputing them separately would lose their sharing;
+        # recompute whenever the CPU pool has no room.
+        wants_swap = self.config.preemption == "swap" or len(group.seq_ids) > 1
+        if wants_swap and self.cpu_used_slots + slots <= self.config.cpu_swap_slots:
+            swapped = self.allocator.swap_out(group.seq_ids)
+            self.cpu_used_slots += swapped.cpu_slots
+            group.swapped = swapped
+            group.status = "swapped"
+            plan.swap_outs.append(swapped)
+            self.swapped.append(group)
+            self.num_swaps_out += 1
+        else:  # recompute (also when the CPU pool is full)
+            for seq_id in group.seq_ids:
+                self.allocator.free(seq_id)
+            plan.frees.extend(group.seq_ids)
+            group.status = "waiting"
+            group.prefill_left = 0  # a recomputation starts its prefill over
+            if len(group.seq_ids) > 1:  # restart: prefill once and fork again (sharing back)
+                group.seq_ids = [self._new_seq_id()]
+                group.num_output = 0
+                group.pending_forks = []
+                group.pending_frees = []
+
+    def _can_swap_in(self, group: SequenceGroup, watermark: float | None = None) -> bool:
+        assert group.swapped is not None
+        if self._num_running_seqs() + len(group.seq_ids) > self.config.max_num_seqs:
+            return False
+        watermark = self.config.watermark if watermark is None else watermark
+        return self.allocator.can_swap_in(group.swapped, watermark)
+
+    def _swap_in(self, group: SequenceGroup, plan: StepPlan) -> None:
+        assert group.swapped is not None
+        copies = self.allocator.swap_in(group.swapped)
+        plan.swap_ins.append((group.swapped, copies))
+        self.cpu_used_slots -= group.swapped.cpu_slots
+        group.swapped = None
+        group.status = "running"
+        self.running.append(group)
+        self.num_swaps_in += 1
+
+    # -------------------------------------------------------------- admission
+    def _num_running_seqs(self) -> int:
+        return sum(len(g.seq_ids) for g in self.running)
+
+    def _admit(self, plan: StepPlan, now_s: float, budget: int, chunked: bool = False) -> None:
+        """Admit waiting requests in queue order (``order``) within ``budget`` prefill tokens.
+
+        ``chunked``: a single-sequence request whose prefill exceeds what is left of the
+        budget starts with a chunk (the rest follows in later steps); otherwise a prompt
+        larger than the whole budget is rejected (v0), and a recomputation larger than it
+        (a preempted request's prompt plus its generated tokens) runs alone.
+        """
+        cfg = self.config
+        order_waiting(self.waiting, self.allocator, cfg.order)
+        num_seqs = self._num_running_seqs()
+        while self.waiting:
+            group = self.waiting[0]
+            recompute = group.num_output > 0
+            width = len(group.seq_ids) if recompute else group.width
+            num_tokens = group.request.prompt_len + group.num_output
+            if width > cfg.max_num_seqs:
+                self._reject(self.waiting.popleft(), plan,
+                             f"it runs {width} sequences at once, more than max_num_seqs "
+                             f"({cfg.max_num_seqs})")
+                continue
+            can_chunk = chunked and width == 1
+            # A prefix cache serves the first ``hit`` tokens: only the rest is computed.
+            hit = self.allocator.lookup_prefix(group.request, num_tokens, group.seq_ids[0])
+            prefill_tokens = (num_tokens - hit) * (len(group.seq_ids) if recompute else 1)
+            if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
+                self._reject(self.waiting.popleft(), plan,
+                             f"{describe(group)}: its prompt is longer than "
+                             f"max_num_batched_tokens ({cfg.max_num_batched_tokens}), the "
+                             "most one step prefills (the chunked policy would split it)")
+                continue
+            if num_seqs + width > cfg.max_num_seqs:
+                break
+            chunk = hit + min(num_tokens - hit, budget) if can_chunk else num_tokens
+            if chunk == hit:
+                break
+            # A recomputation larger than the whole token budget would wait forever: it
+            # runs alone.
+            alone = not plan.prefills and not plan.decode_seq_ids
+            if prefill_tokens > budget and not can_chunk and not alone:
+                break
+            blocked = self._blocked
+            if (blocked is not None and blocked[0] is group and chunk >= blocked[1]
+                    and blocked[2] == self._releases):
+                break  # it did not fit, and nothing was released since
+            if not self._allocate_group(group, chunk, recompute):
+                if self.allocator.num_seqs or self.running:
+                    self._blocked = (group, chunk, self._releases)
+                    break  # memory will be released: wait
+                # Nothing else holds memory. The watermark keeps room for running requests'
+                # growth; with none running it must not keep a request out for good.
+                if not self._allocate_group(group, chunk, recompute, watermark=0.0):
+                    self._reject(self.waiting.popleft(), plan,
+                                 no_fit_reason(self.allocator, group, chunk, recompute))
+                    continue
+            self.waiting.popleft()
+            group.status = "running"
+            group.prefill_left = num_tokens - chunk
+            if group.first_scheduled_s is None:
+                group.first_scheduled_s = now_s
+            done = 0
+            for seq_id in group.seq_ids:
+                # Tokens served from the cache are attended to, not computed.
+                cached = self.allocator.prefix_hit_tokens(seq_id)
+                plan.prefills.append(PrefillItem(group.request.request_id, seq_id,
+                                                 chunk - cached, recompute, cached,
+                                                 not group.prefill_left))
+                done += chunk - cached
+                plan.num_prefill_tokens_cached += cached
+                plan.kv_tokens_read += cached
+            hit = self.allocator.prefix_hit_tokens(group.seq_ids[0])
+            plan.prefix_query_tokens += num_tokens
+            plan.prefix_hit_tokens += hit
+            if group.cached_prompt_tokens is None:
+                group.cached_prompt_tokens = min(hit, group.request.prompt_len)
+            plan.num_prefill_tokens += done
+            plan.num_batched_requests += 1
+            self.running.append(group)
+            num_seqs += width
+            budget -= done
+
+    def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool,
+                        watermark: float | None = None) -> bool:
+        """All the memory the group needs now, or nothing (returns False).
+
+        A recomputed group re-prefills every sequence; a new one prefills its first
+        sequence and names the samples it will fork after the first token, so that the
+        allocator can hold room for them if its scheme needs any.
+        """
+        watermark = self.config.watermark if watermark is None else watermark
+        if recompute:
+            return self.allocator.allocate_group(group.seq_ids, num_tokens, group.kv_final_len,
+                                                 watermark=watermark, content=group.request)
+        # The children's ids are only taken when the admission succeeds.
+        children = [self._next_seq + 1 + i for i in range(group.width - 1)]
+        if not self.allocator.allocate_group(group.seq_ids[:1], num_tokens, group.kv_final_len,
+                                             children, watermark, content=group.request):
+            return False
+        self._next_seq += len(children)
+        self._children[group.request.request_id] = children
+        return True
+
+    # --------------------------------------------------------------- rejection
+    def _reject(self, group: SequenceGroup, plan: StepPlan, reason: str) -> None:
+        """The request can never run: release what it holds and say why."""
+        rid = group.request.request_id
+        self._releases += 1
+        held = [c for c in self._children.pop(rid, []) if c in self.allocator]
+        owned = [s for s in group.seq_ids if s in self.allocator] + held
+        for seq_id in owned:
+            self.allocator.free(seq_id)
+        plan.frees.extend(owned)
+        group.status = "rejected"
+        group.reject_reason = reason
+        group.pending_forks, group.pending_frees = [], []
+        plan.rejected.append(rid)
+        self.num_rejected += 1

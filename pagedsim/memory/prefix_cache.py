@@ -1,0 +1,47 @@
+"""Automatic prefix caching, as vLLM v1 does it: paged blocks that outlive their requests.
+
+A full block is named by its *chained hash*: the hash of its parent block's hash and its
+own tokens (:func:`pagedsim.workloads.prompts.block_key`), so two blocks with equal hashes hold
+equal
+prefixes. When a request frees its blocks, the full ones keep their K/V and their hash:
+they are *cached*. A later request whose prompt starts with the same blocks finds them
+through the hash map and shares them (reference count + 1) instead of computing them.
+
+:class:`PrefixCachingAllocator` is the one block-table manager
+(:mod:`pagedsim.memory.block_manager`, as ``kv_cache_manager.py``) over the pool
+that keeps freed blocks' content (:mod:`pagedsim.memory.block_pool`, as
+``block_pool.py``: the free queue, the hash map, lazy eviction):
+
+* Lookup (:meth:`~PrefixCachingAllocator.lookup_prefix`) walks the prompt's hash chain
+  while the map has it: whole blocks only, and at most ``num_tokens - 1`` tokens, since
+  the last prompt token must be computed to sample the first output token. A request's
+  chain is hashed once and memoized (:class:`~pagedsim.memory.prefix_chain.ChainMemo`),
+  as vLLM hashes a request's blocks on arrival.
+* Admission (:meth:`~PrefixCachingAllocator.allocate_group`) is all or nothing: it counts
+  the hits, the new blocks, and the hit blocks that must leave the free queue, before
+  touching anything.
+* Blocks filled during decode get their hash too, so a preempted request that is
+  recomputed, or the next turn of a chat, finds them. ``dedup=True`` makes a block that
+  fills with content already cached switch to the cached copy, as vLLM v0 and SGLang do
+  (v1 keeps the duplicate).
+* :meth:`~PrefixCachingAllocator.free` returns a sequence's blocks *tail first*, so the
+  tail of a chain sits nearer the head of the free queue and is evicted before the
+  chain's head (evicting a head first would strand its tail: no lookup could reach it).
+"""
+
+from __future__ import annotations
+
+from .block_manager import BlockManager
+from .block_pool import BlockPool
+from .hash_cache import HashCache
+from .prefix_chain import HASH_MEMO_ENTRIES, branch_of
+
+__all__ = ["HASH_MEMO_ENTRIES", "PrefixCachingAllocator", "branch_of"]
+
+
+class PrefixCachingAllocator(BlockManager):
+    """A paged pool whose freed full blocks stay reusable until their memory is needed."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16, dedup: bool = False) -> None:
+        pool = BlockPool(num_blocks, block_size)
+        super().__init__(pool, HashCache(pool), dedup=dedup, kind="prefix-cache")

@@ -1,0 +1,29 @@
+"""SGLang's RadixAttention: paged blocks whose full pages stay in a radix tree of token
+content until their memory is needed.
+
+:class:`RadixAllocator` is the one block-table manager
+(:mod:`pagedsim.memory.block_manager`: block tables, reference counts, copy-on-write)
+over SGLang's pool (:mod:`~pagedsim.memory.radix_pool`: a free list plus the tree's
+evictable pages) with SGLang's policy (:mod:`~pagedsim.memory.radix_cache`: match,
+lock, insert; read its docstring for what happens when). Which unlocked leaf is evicted
+first is the tree's eviction policy (:mod:`~pagedsim.memory.radix_tree`): least
+recently used by default, as SGLang; another policy is one function.
+"""
+
+from __future__ import annotations
+
+from .block_manager import BlockManager
+from .radix_cache import RadixCache
+from .radix_pool import RadixPool
+from .radix_tree import Priority, RadixTree, lru
+
+
+class RadixAllocator(BlockManager):
+    """A paged pool whose full pages stay in a radix tree until their memory is needed;
+    ``eviction`` ranks the unlocked leaves (smallest first)."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16,
+                 eviction: Priority = lru) -> None:
+        pool = RadixPool(num_blocks, block_size, RadixTree(eviction))
+        super().__init__(pool, RadixCache(pool), kind="radix")
+        self.tree = pool.tree

@@ -1,0 +1,434 @@
+"""Load request traces from files: the Azure LLM inference trace and pagedsim's own schema.
+
+Two schemas, told apart by the file's first line (not its name):
+
+**Azure LLM inference trace 2023** (CSV, public, from Azure's production LLM service)::
+
+    TIMESTAMP,ContextTokens,GeneratedTokens
+    2023-11-16 18:15:46.6805900,4808,10
+
+``TIMESTAMP`` is a wall-clock time with up to 9 fractional digits (the published files
+have 7, i.e. 100 ns, more than Python 3.10's ``datetime`` parses, so we parse it
+ourselves, exactly, in integer nanoseconds); ``arrival_s`` becomes seconds since the
+first row (always: a date is no simulated time). ``ContextTokens`` -> ``prompt_len``,
+``GeneratedTokens`` -> ``output_len``. Other columns, if a release adds any, are not
+read (the report names them).
+
+**pagedsim** (CSV with a header, or JSONL with one object per line)::
+
+    arrival_s,prompt_len,output_len,n
+    0.0,161,338,1
+    0.25,20,58,4
+
+    {"arrival_s": 0.0, "prompt_len": 161, "output_len": 338}
+    {"arrival_s": 0.25, "prompt_len": 20, "output_len": 58, "n": 4}
+
+Required: ``arrival_s`` (seconds from the start of the run, finite, >= 0),
+``prompt_len`` and ``output_len`` (tokens, integers >= 1). Optional: ``n`` (parallel
+samples, default 1), ``beam_width`` (default 1) and ``prefix_id`` (an integer >= 0, or
+empty / absent for none). Any other column or key is an error (most likely a typo). A
+file whose first non-blank character is ``{`` is JSONL, anything else CSV.
+
+Rules for both: the file must be UTF-8 text (an Excel BOM is fine); numbers are plain
+ASCII (``1_000``, ``١٠``, ``nan`` are errors; ASCII spaces and tabs around a CSV field
+are ignored: :mod:`pagedsim.workloads.trace_rows` has the exact rules); arrivals must not
+decrease from one row to the next; blank lines are skipped; a file with no data row is
+an error. Limits, so that no file can hang a command or exhaust memory
+(:mod:`pagedsim.user_files`): only regular files are read (a FIFO, device or directory
+is refused at once), a line may hold at most 1 MiB, a JSON line may nest at most 8 deep
+and name each key once, and a file may hold at most 10 million requests (more need
+``max_requests``). Anything bad raises :class:`TraceError` (a ``ValueError``) whose one-line
+message names the file, the line number, the column and the bad value (long values
+shortened). Requests get ids 0, 1, ... in file order (after skipping).
+
+What :func:`load_trace` can do on the way, each counted in :meth:`Trace.report`:
+
+* ``rebase``: shift arrivals so that the first row arrives at t = 0 s. Azure always;
+  pagedsim files when the first arrival is at or past :data:`AUTO_REBASE_FROM_S`
+  (a wall-clock reading such as Unix seconds or microseconds; at 1.7e15 s a float's
+  spacing is 0.25 s, which swallows every simulated step), or when asked. The simulator
+  idles until the first arrival and metrics count from it, so rebasing changes no metric.
+* ``on_too_long``: requests longer than ``max_model_len`` are never silently dropped:
+  ``"error"`` (the default), ``"clip"`` (with :func:`pagedsim.workloads.workload.clip_lengths`:
+  prompt to ``max_model_len - 1``, then output to what is left) or ``"skip"``.
+* ``skip_zero_output``: skip rows with 0 output tokens (the Azure trace has some).
+* ``max_requests``: stop reading after that many requests.
+
+After loading, :meth:`Trace.head` keeps the first N requests and
+:meth:`Trace.rescale_rate` rescales arrivals to a mean rate; both return new traces.
+
+Speed: the stdlib ``csv`` module plus one :class:`Request` per row loads 20,000 rows in
+well under a second (``python -m pagedsim.bench_traces`` measures it); pandas would not
+give line-accurate errors as simply.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from ..user_files import LineTooLongError, NotRegularFileError, bounded_lines, open_regular
+from ..validate import check_choice, check_int
+from .trace_rows import (
+    AZURE_COLUMNS,
+    PAGEDSIM_OPTIONAL,
+    PAGEDSIM_REQUIRED,
+    TraceError,
+    chain_first,
+    csv_rows,
+    json_number,
+    jsonl_rows,
+    more_lines_than,
+    not_utf8_error,
+    parse_arrival,
+    parse_int,
+    parse_len,
+    parse_prefix_id,
+    timestamp_parser,
+)
+from .trace_save import save_trace  # re-exported: saving lives in its own module
+from .workload import MAX_NUM_REQUESTS, Request, check_rate_per_s, clip_lengths
+
+__all__ = ["AUTO_REBASE_FROM_S", "AZURE_COLUMNS", "ON_TOO_LONG", "PAGEDSIM_OPTIONAL",
+           "PAGEDSIM_REQUIRED", "Trace", "TraceError", "load_trace", "save_trace"]
+
+ON_TOO_LONG = ("error", "clip", "skip")
+#: ``rebase=None`` rebases a pagedsim trace whose first arrival is at least this many
+#: seconds (11.6 days). Below it float64 arrivals are exact to 1.2e-10 s and kept as
+#: written (so save/load round trips stay bit for bit); no real run idles that long
+#: before its first request, so larger values are wall-clock readings.
+AUTO_REBASE_FROM_S = 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A loaded trace.
+
+    ``requests`` sorted by arrival (seconds); ``schema`` is ``"azure"``,
+    ``"pagedsim-csv"`` or ``"pagedsim-jsonl"``. What loading did, for :meth:`report`:
+
+    * ``too_long_lines``: 1-based file lines of the requests longer than
+      ``max_model_len`` tokens, which were ``on_too_long``-ed (``"clip"`` or ``"skip"``;
+      with ``"error"`` loading raised instead); ``clipped_tokens``: tokens that
+      clipping removed from them (0 unless ``"clip"``).
+    * ``zero_output_lines``: lines of the rows with 0 output tokens, skipped.
+    * ``rebased_from``: the first row's arrival as written (an Azure timestamp, or
+      ``"arrival_s 1.7e+15"``) when arrivals were shifted to make it t = 0 s; else ``None``.
+    * ``transforms``: what was done after the rows were read (``max_requests``,
+      :meth:`head`, :meth:`rescale_rate`), in order, one phrase each.
+    """
+
+    path: str
+    schema: str
+    requests: list[Request]
+    max_model_len: int | None = None
+    on_too_long: str = "error"
+    too_long_lines: tuple[int, ...] = field(default=())
+    clipped_tokens: int = 0
+    zero_output_lines: tuple[int, ...] = field(default=())
+    rebased_from: str | None = None
+    transforms: tuple[str, ...] = field(default=())
+    #: Mooncake rows with more ``hash_ids`` than their ``input_length`` needs (one per 512
+    #: tokens), by line, and how many ids past the prompt were dropped in all.
+    surplus_id_lines: tuple[int, ...] = field(default=())
+    surplus_ids: int = 0
+    #: Header columns the schema does not read (Azure's beyond its three), by name.
+    ignored_columns: tuple[str, ...] = field(default=())
+
+    @property
+    def num_too_long(self) -> int:
+        """How many rows were longer than ``max_model_len`` (clipped or skipped)."""
+        return len(self.too_long_lines)
+
+    @property
+    def num_zero_output(self) -> int:
+        """How many rows with 0 output tokens were skipped."""
+        return len(self.zero_output_lines)
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        """Mean arrival rate in requests per second: ``(N - 1) / (last - first arrival)``,
+        the inverse of the mean gap between consecutive arrivals. ``inf`` when all
+        arrive at once; ``nan`` with fewer than 2 requests."""
+        if len(self.requests) < 2:
+            return math.nan
+        span_s = self.requests[-1].arrival_s - self.requests[0].arrival_s
+        return math.inf if span_s == 0 else (len(self.requests) - 1) / span_s
+
+    def head(self, n: int) -> Trace:
+        """A new trace with the first ``n`` requests (by arrival; ids stay 0 .. n-1).
+
+        All of them when there are no more than ``n`` (then nothing is recorded);
+        otherwise :meth:`report` says ``first n of N requests kept``. Loading counts
+        (too long, zero output) still describe the whole file; to not read the rest of
+        a large file at all, use ``load_trace(..., max_requests=n)``.
+        """
+        check_int("n", n, minimum=1)
+        if n >= len(self.requests):
+            return replace(self, requests=list(self.requests))
+        note = f"first {n} of {len(self.requests)} requests kept"
+        return replace(self, requests=self.requests[:n], transforms=(*self.transforms, note))
+
+    def rescale_rate(self, rate_per_s: float) -> Trace:
+        """A new trace whose arrivals have mean rate ``rate_per_s`` (requests per second).
+
+        Every gap between consecutive arrivals is multiplied by the same factor, so the
+        trace's bursts and lulls keep their shape; the first arrival stays where it is,
+        and lengths and ids do not change. ``math.inf`` puts every request at the first
+        arrival (an offline batch, as ``WorkloadConfig(rate_per_s=inf)``). The mean rate
+        is :attr:`mean_rate_per_s`. Raises ``ValueError`` for a rate that is not > 0,
+        for fewer than 2 requests, or for a finite rate when all arrive at once.
+        """
+        check_rate_per_s(rate_per_s)  # inf = all at the first arrival
+        if len(self.requests) < 2:
+            raise ValueError(f"cannot rescale the arrival rate of {len(self.requests)} "
+                             "request(s): a rate needs at least 2 arrivals")
+        first_s = self.requests[0].arrival_s
+        span_s = self.requests[-1].arrival_s - first_s
+        if span_s == 0 and math.isfinite(rate_per_s):
+            raise ValueError(f"all {len(self.requests)} requests arrive at {first_s} s; "
+                             "there is no gap to rescale")
+        old_rate = self.mean_rate_per_s
+        # (N - 1) / rate is the new span; multiplying each offset keeps arrivals sorted
+        # (rounding is monotonic) and the first one exact.
+        factor = 0.0 if math.isinf(rate_per_s) else (len(self.requests) - 1) / rate_per_s / span_s
+        requests = [replace(r, arrival_s=first_s + (r.arrival_s - first_s) * factor)
+                    for r in self.requests]
+        note = (f"arrivals rescaled to {rate_per_s:g} requests/s (from {old_rate:.4g}; "
+                f"every gap x{factor:.4g})")
+        return replace(self, requests=requests, transforms=(*self.transforms, note))
+
+    def report(self) -> str:
+        """One line for users: requests loaded, and everything loading changed or left out."""
+        text = f"{self.path}: {len(self.requests)} requests ({self.schema})"
+        if self.rebased_from is not None:
+            text += f"; arrivals rebased: t = 0 s is the first row's ({self.rebased_from})"
+        if self.too_long_lines:
+            verb = "clipped" if self.on_too_long == "clip" else "skipped"
+            text += (f"; {self.num_too_long} longer than max_model_len {self.max_model_len} "
+                     f"{verb} (lines {_some_lines(self.too_long_lines)})")
+            if self.on_too_long == "clip":
+                text += f", {self.clipped_tokens:,} tokens cut"
+        if self.zero_output_lines:
+            text += (f"; {self.num_zero_output} with 0 output tokens skipped "
+                     f"(lines {_some_lines(self.zero_output_lines)})")
+        if self.surplus_id_lines:
+            text += (f"; {len(self.surplus_id_lines)} with more hash_ids than input_length "
+                     f"needs (lines {_some_lines(self.surplus_id_lines)}): "
+                     f"{self.surplus_ids:,} ids past the prompt dropped")
+        if self.ignored_columns:
+            names = ", ".join(repr(c) if c else "(empty)" for c in self.ignored_columns)
+            text += f"; column(s) {names} not read"
+        for note in self.transforms:
+            text += f"; {note}"
+        return text
+
+
+def _some_lines(lines: tuple[int, ...] | list[int], limit: int = 10) -> str:
+    shown = ", ".join(map(str, lines[:limit]))
+    return shown + (f", ... ({len(lines) - limit} more)" if len(lines) > limit else "")
+
+
+# ---------------------------------------------------------------- load / save
+
+def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
+               on_too_long: str = "error", *, skip_zero_output: bool = False,
+               rebase: bool | None = None, max_requests: int | None = None) -> Trace:
+    """Load a trace file (Azure CSV, or pagedsim CSV/JSONL; see the module docstring).
+
+    * ``max_model_len`` (tokens) bounds ``prompt_len + output_len``; ``None`` checks
+      nothing. ``on_too_long`` is ``"error"``, ``"clip"`` or ``"skip"``.
+    * ``skip_zero_output``: skip rows with 0 output tokens (``GeneratedTokens`` or
+      ``output_len``) instead of raising; they are counted in the report.
+    * ``rebase``: ``True`` shifts arrivals so the first row's is t = 0 s; ``False``
+      keeps pagedsim arrivals as written (an error for Azure, whose dates are always
+      rebased); ``None`` rebases Azure, and pagedsim files whose first arrival is
+      >= :data:`AUTO_REBASE_FROM_S` seconds.
+    * ``max_requests``: stop reading once that many requests are kept (rows after
+      them are not read, nor checked). Without it, a file of more than
+      :data:`pagedsim.workloads.workload.MAX_NUM_REQUESTS` requests is an error at the row past it.
+
+    Raises :class:`TraceError` (a ``ValueError``) naming file, line, column and value for
+    any bad row, and for a directory, a file that is not UTF-8 text, or one without rows.
+    """
+    check_choice("on_too_long", on_too_long, ON_TOO_LONG)
+    if max_model_len is not None:
+        check_int("max_model_len", max_model_len, minimum=2)
+    if max_requests is not None:
+        check_int("max_requests", max_requests, minimum=1)
+    for flag, value in (("skip_zero_output", skip_zero_output), ("rebase", rebase)):
+        if not isinstance(value, bool) and not (flag == "rebase" and value is None):
+            raise TypeError(f"{flag} must be True or False, got {value!r}")
+    name = os.fspath(path)
+    try:
+        file = open_regular(name)
+    except NotRegularFileError as exc:
+        raise TraceError(name, None, f"is {exc.kind}, not a trace file (a regular .csv or "
+                         ".jsonl file)") from None
+    if max_requests is None:
+        # A header, then at most MAX_NUM_REQUESTS rows: counted before any is parsed.
+        past = more_lines_than(name, MAX_NUM_REQUESTS + 1)
+        if past is not None:
+            file.close()
+            raise TraceError(name, past, f"more than {MAX_NUM_REQUESTS:,} rows, the most a run "
+                             "simulates; read the first N with max_requests")
+    try:
+        with file:
+            # Peek at the first non-blank line to tell JSONL from CSV, counting the blank
+            # lines before it so that reported line numbers stay exact.
+            skipped = 0
+            first = ""
+            lines_in = bounded_lines(file)
+            for first in lines_in:
+                if first.strip():
+                    break
+                skipped += 1
+            if not first.strip():
+                raise TraceError(name, skipped + 1,
+                                 "empty file, expected a CSV header or JSONL")
+            lines = chain_first(first, lines_in)
+            rows: Iterator[tuple[int, dict]]
+            if first.lstrip().startswith("{"):
+                # Mooncake's schema (timestamp in ms, input/output_length, hash_ids) or ours.
+                schema = "mooncake" if '"input_length"' in first else "pagedsim-jsonl"
+                header_line, ignored = None, ()
+                rows = jsonl_rows(name, lines, skipped, mooncake=schema == "mooncake")
+            else:
+                schema, header_line, rows, ignored = csv_rows(name, lines, skipped)
+            if schema == "azure" and rebase is False:
+                raise TraceError(name, header_line, "rebase=False applies to pagedsim "
+                                 "traces only: Azure timestamps are dates, always rebased "
+                                 "to the first row's")
+            trace = _build(name, schema, rows, header_line, max_model_len, on_too_long,
+                           skip_zero_output, rebase, max_requests)
+            return replace(trace, ignored_columns=ignored) if ignored else trace
+    except UnicodeDecodeError as exc:
+        raise not_utf8_error(name, exc) from None
+    except LineTooLongError as exc:
+        raise TraceError(name, exc.line, str(exc)) from None
+
+
+
+def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line: int | None,
+           max_model_len: int | None, on_too_long: str, skip_zero_output: bool,
+           rebase: bool | None, max_requests: int | None) -> Trace:
+    azure = schema == "azure"
+    parse_ts = timestamp_parser() if azure else None
+    mooncake = schema == "mooncake"
+    if azure:
+        names = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
+    elif mooncake:  # timestamps in milliseconds; hash_ids name the prompt's 512-token pieces
+        names = {"arrival": "timestamp", "prompt": "input_length", "output": "output_length"}
+    else:
+        names = {"arrival": "arrival_s", "prompt": "prompt_len", "output": "output_len"}
+    is_json = schema in ("pagedsim-jsonl", "mooncake")
+    requests: list[Request] = []
+    too_long: list[int] = []
+    zero_output: list[int] = []
+    clipped_tokens = 0
+    surplus_lines: list[int] = []
+    surplus_ids = 0
+    num_rows = 0
+    # The first row's arrival (integer ns for Azure, seconds otherwise), subtracted from
+    # every arrival when rebasing; whether to rebase is settled on that first row.
+    base: float = 0.0
+    rebased_from: str | None = None
+    prev_key, prev_line = -math.inf, 0
+    clip = on_too_long == "clip"
+    stopped_at: int | None = None
+    raw: object = None
+    column = ""
+    for line, row in rows:
+        num_rows += 1
+        try:
+            column = names["arrival"]
+            raw = row[column]
+            key: float = (parse_ts(raw) if parse_ts is not None else
+                          parse_arrival(json_number(raw, False) if is_json else raw))
+            if mooncake:
+                key /= 1000.0  # ms -> s
+            if key < prev_key:
+                raise ValueError(f"earlier than the previous row's (line {prev_line}); "
+                                 "arrivals must not decrease")
+            if num_rows == 1:
+                if rebase is None:
+                    rebase = azure or key >= AUTO_REBASE_FROM_S
+                if rebase:
+                    base = key
+                    rebased_from = (str(raw).strip() if azure else f"arrival_s {raw}")
+            prev_key, prev_line = key, line
+            # Azure: integer nanoseconds until here, so no rounding drift over long traces.
+            arrival = (key - base) / 1e9 if azure else key - base
+            column = names["prompt"]
+            raw = row[column]
+            prompt_len = parse_len(json_number(raw, True) if is_json else raw)
+            column = names["output"]
+            raw = row[column]
+            output_len = parse_int(json_number(raw, True) if is_json else raw)
+            if output_len == 0 and skip_zero_output:
+                zero_output.append(line)
+                continue
+            if output_len < 1:
+                raise ValueError("must be an integer >= 1" + (
+                    " (skip_zero_output=True skips rows with 0 output tokens)"
+                    if output_len == 0 else ""))
+            extras: dict[str, object] = {}
+            row_surplus = 0
+            if mooncake:
+                column = "hash_ids"
+                raw = row[column]
+                if not isinstance(raw, list):
+                    raise ValueError("must be a JSON list of prompt piece ids")
+                extras["prompt_pieces"] = tuple(parse_int(json_number(h, True)) for h in raw)
+                # Ids past ceil(prompt / 512): Request keeps only the prompt's; counted.
+                row_surplus = len(raw) + (-prompt_len // 512)
+            elif not azure:
+                for column in ("n", "beam_width"):
+                    if column in row:
+                        raw = row[column]
+                        extras[column] = parse_len(json_number(raw, True) if is_json else raw)
+                column = "prefix_id"
+                if column in row:
+                    raw = row[column]
+                    if is_json:
+                        extras[column] = (None if raw is None else
+                                          parse_prefix_id(json_number(raw, True)))
+                    else:
+                        extras[column] = parse_prefix_id(raw)
+        except ValueError as exc:
+            raise TraceError(path, line, str(exc), column=column, value=raw) from None
+        if max_model_len is not None and prompt_len + output_len > max_model_len:
+            if on_too_long == "error":
+                raise TraceError(
+                    path, line,
+                    f"request of {prompt_len} + {output_len} = {prompt_len + output_len} tokens "
+                    f"is longer than max_model_len {max_model_len}; pass on_too_long='clip' "
+                    "or 'skip' to load such rows (they are reported)")
+            too_long.append(line)
+            if not clip:
+                continue
+            total = prompt_len + output_len
+            prompt_len, output_len = clip_lengths(prompt_len, output_len, max_model_len)
+            clipped_tokens += total - prompt_len - output_len
+        try:
+            requests.append(Request(len(requests), arrival, prompt_len, output_len, **extras))
+        except (TypeError, ValueError) as exc:  # e.g. n > 1 together with beam_width > 1
+            raise TraceError(path, line, str(exc)) from None
+        if row_surplus > 0:
+            surplus_lines.append(line)
+            surplus_ids += row_surplus
+        if max_requests is not None and len(requests) >= max_requests:
+            stopped_at = line
+            break
+        if len(requests) > MAX_NUM_REQUESTS:  # checked here, before the rest is read
+            raise TraceError(path, line, f"more than {MAX_NUM_REQUESTS:,} requests, the most "
+                             "a run simulates; read the first N with max_requests")
+    if num_rows == 0:
+        raise TraceError(path, header_line, "no data rows after the header")
+    transforms = () if stopped_at is None else (
+        f"first {max_requests} requests read (stopped at line {stopped_at})",)
+    return Trace(path, schema, requests, max_model_len, on_too_long, tuple(too_long),
+                 clipped_tokens, tuple(zero_output), rebased_from, transforms,
+                 tuple(surplus_lines), surplus_ids)
