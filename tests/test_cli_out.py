@@ -79,3 +79,17 @@ def test_out_is_created_before_the_run(tmp_path: Path, capsys, monkeypatch):
     assert main([*COMMANDS["compare"], "--out", str(out)]) == 0
     assert seen and all(seen)
     assert (out / "compare_summary.csv").is_file()
+
+
+@pytest.mark.parametrize("kind", ["proc", "dangling", "file"])
+def test_labs_release_and_autograder_check_their_out_first(tmp_path: Path, kind: str,
+                                                           capsys) -> None:
+    """Was: 'labs release /proc/x' a bare [Errno 2]; 'labs autograder' did not name OUT."""
+    out = _bad_out(tmp_path, kind)
+    assert main(["labs", "release", out, "--lab", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument OUT:" in err[0] and out in err[0], err
+    zip_path = str(Path(out) / "lab1.zip")
+    assert main(["labs", "autograder", "1", zip_path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument OUT:" in err[0], err

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from .base import CliError
+from .outdir import prepare_out
 
 
 def add_labs(subparsers: argparse._SubParsersAction) -> None:
@@ -106,6 +108,7 @@ def run_release(args: argparse.Namespace) -> int:
     from ..labs.release import parse_lab_ids
 
     ids = None if args.lab is None else parse_lab_ids(args.lab, [lab.id for lab in list_labs()])
+    prepare_out(args.out, ["README.md", "lab*"], flag="OUT")  # before anything is written
     labs = release(args.out, force=args.force, lab_ids=ids)
     print(f"released {len(labs)} labs into {args.out}: "
           + ", ".join(lab.folder for lab in labs))
@@ -129,6 +132,8 @@ def run_grade(args: argparse.Namespace) -> int:
 def run_autograder(args: argparse.Namespace) -> int:
     from ..labs import build_autograder
 
+    out = Path(args.out)
+    prepare_out(str(out.parent), [out.name], flag="OUT")  # its folder, before the build
     path = build_autograder(args.lab, args.out)
     print(f"wrote {path} (upload it as the autograder of lab {args.lab} on Gradescope)")
     return 0

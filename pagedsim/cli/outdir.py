@@ -66,5 +66,5 @@ def prepare_out(out: str, outputs: Sequence[str], flag: str = "--out") -> Path:
             else:
                 continue
             raise _fail(flag, f"{where!r} {problem}, where this command writes a file; move "
-                        "it away or choose another --out")
+                        f"it away or choose another {flag}")
     return path
