@@ -59,16 +59,6 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         #: longer requests); blocks themselves set no limit. vAttention's regions do.
         self.max_model_len: int | None = None if regions is None else regions.max_model_len
 
-    @property
-    def on_release(self):
-        """``on_release(start_slot, num_slots)`` for memory that goes back to the pool
-        (a cached block: when it is evicted), so a real cache can scrub it."""
-        return self.pool.on_release
-
-    @on_release.setter
-    def on_release(self, hook) -> None:
-        self.pool.on_release = hook
-
     # ------------------------------------------------------------- admission
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),

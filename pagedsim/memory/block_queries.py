@@ -20,6 +20,16 @@ class Queries:
 
     # ------------------------------------------------------------- the pool
     @property
+    def on_release(self):
+        """``on_release(start_slot, num_slots)`` for memory that goes back to the pool
+        (a cached block: when it is evicted), so a real cache can scrub it."""
+        return self.pool.on_release
+
+    @on_release.setter
+    def on_release(self, hook) -> None:
+        self.pool.on_release = hook
+
+    @property
     def num_free_blocks(self) -> int:
         """Blocks in the pool's free structure (vLLM v1's free queue holds its cached
         blocks too; SGLang's free list does not hold the tree's)."""
