@@ -95,9 +95,10 @@ _ref = _pl.Path(_ps.__file__).resolve().parents[1] / "labs" / "lab1_budget" / "b
 exec(compile(_ref.read_text(), str(_ref), "exec"))
 ''',
     "forbidden-source-loaded-by-path": '''
-import importlib.util as _u, pathlib as _pl, pagedsim as _ps
-_s = _u.spec_from_file_location("pagedsim._stolen", _pl.Path(_ps.__file__).parent / "specs.py")
-_stolen = _u.module_from_spec(_s)
+import importlib.util as _u, pathlib as _pl, sys as _sy, pagedsim as _ps
+_s = _u.spec_from_file_location("pagedsim.models._stolen",
+                                _pl.Path(_ps.__file__).parent / "models" / "model_spec.py")
+_stolen = _sy.modules[_s.name] = _u.module_from_spec(_s)  # (dataclasses look it up there)
 _s.loader.exec_module(_stolen)
 def bytes_per_token(model):
     return _stolen.ModelSpec("m", model.num_layers, model.num_heads, model.num_kv_heads,
