@@ -108,7 +108,7 @@ def run_release(args: argparse.Namespace) -> int:
     from ..labs.release import parse_lab_ids
 
     ids = None if args.lab is None else parse_lab_ids(args.lab, [lab.id for lab in list_labs()])
-    prepare_out(args.out, ["README.md", "lab*"], flag="OUT")  # before anything is written
+    prepare_out(args.out, ["README.md"], flag="OUT")  # before anything is written
     labs = release(args.out, force=args.force, lab_ids=ids)
     print(f"released {len(labs)} labs into {args.out}: "
           + ", ".join(lab.folder for lab in labs))
