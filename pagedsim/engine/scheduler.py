@@ -142,11 +142,7 @@ class Scheduler:
         alloc = self.allocator
 
         # 1. What the previous step decided.
-        if self._to_free:
-            self._releases += 1
-        for seq_id in self._to_free:
-            alloc.free(seq_id)
-        plan.frees.extend(self._to_free)
+        self._release(self._to_free, plan)
         self._to_free = []
         for group in self._too_long:
             assert self.max_model_len is not None
@@ -154,10 +150,7 @@ class Scheduler:
         self._too_long = []
         for group in self.running:
             if group.pending_frees:
-                self._releases += 1
-                for seq_id in group.pending_frees:
-                    alloc.free(seq_id)
-                plan.frees.extend(group.pending_frees)
+                self._release(group.pending_frees, plan)
                 group.pending_frees = []
             if group.pending_forks:
                 self._releases += 1  # a fork into held room may move it (a new hole layout)
@@ -276,6 +269,13 @@ class Scheduler:
         plan.decode_request_ids.append(rid)
         plan.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len + group.num_output)
         plan.num_batched_requests += 1
+
+    def _release(self, seq_ids: list[SeqId], plan: StepPlan) -> None:
+        """Free ``seq_ids`` (one release event when there are any) and say so in the plan."""
+        self._releases += bool(seq_ids)
+        for seq_id in seq_ids:
+            self.allocator.free(seq_id)
+        plan.frees.extend(seq_ids)
 
     def _after_sampling(self, plan: StepPlan, now_s: float) -> None:
         """Every group that ran this step sampled one more token (all its sequences)."""
