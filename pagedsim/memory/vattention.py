@@ -4,9 +4,12 @@ Each request owns a *virtual* region of ``max_model_len`` tokens in every layer'
 V tensor. Reserving address space costs no physical memory, but the number of regions
 is fixed when the engine starts (``max_regions``, vAttention's max batch size), which
 caps concurrency. Physical memory is mapped into a region on demand, one page at a
-time; a growth step maps the same page index in all ``2 x num_layers`` tensors, so in
-token slots a page is ``page_tokens = page_bytes / (num_kv_heads x head_dim x
-dtype_bytes)`` slots (Llama-3-8B in fp16: 1,024 tokens per 2 MiB page, 32 per 64 KiB).
+time; a growth step maps the same page index in every layer's tensors (K and V, or an
+MLA layer's one latent tensor), so in token slots a page is ``page_tokens = page_bytes /
+row`` slots, a row being one token's bytes in one tensor: ``num_kv_heads x head_dim x
+dtype_bytes`` for K or V (Llama-3-8B in fp16: 1,024 tokens per 2 MiB page, 32 per 64 KiB),
+the latent's ``(kv_lora_rank + qk_rope_head_dim) x dtype_bytes`` for MLA (DeepSeek-V3 in
+bf16: 1,820 tokens per 2 MiB page).
 
 For memory this is paging with very large pages and no sharing: any free page serves
 any request (no external fragmentation), the unfilled tail of a request's last page is
@@ -39,13 +42,26 @@ from .free_list import FreeList
 PAGE_BYTES_OPTIONS: dict[str, int] = {"": 2 * 1024 * 1024, "-64k": 64 * 1024}
 
 
+def row_bytes_for(model: ModelSpec) -> int:
+    """One token's bytes in one of a layer's cache tensors (bytes), from the model's
+    per-layer KV spec: a full or sliding layer's K (or V) row is half its bytes per token,
+    an MLA layer keeps one latent tensor, its whole bytes per token. Layers of different
+    rows: the widest (the page that fills first sets how far a growth step maps)."""
+    rows = [layer.bytes_per_token(model.dtype_bytes) // (1 if layer.kind == "mla" else 2)
+            for layer in model.kv_layers if layer.bytes_per_token(model.dtype_bytes)]
+    if not rows:
+        raise ValueError(f"{model.name} keeps no KV per token: vAttention has nothing to map")
+    return max(rows)
+
+
 def page_tokens_for(model: ModelSpec, page_bytes: int) -> int:
-    """Tokens one page holds: ``page_bytes`` over one token's K (or V) row in one layer."""
-    row_bytes = model.num_kv_heads * model.head_dim * model.dtype_bytes
+    """Tokens one page holds: ``page_bytes`` over one token's row in one layer's tensor
+    (:func:`row_bytes_for`)."""
+    row_bytes = row_bytes_for(model)
     page_bytes = check_int("page_bytes", page_bytes, minimum=1)
     if page_bytes < row_bytes:
         raise ValueError(f"a page of {page_bytes} bytes holds no token of {model.name} "
-                         f"({row_bytes} bytes per token per layer and K/V tensor)")
+                         f"({row_bytes} bytes per token per layer and tensor)")
     return page_bytes // row_bytes
 
 
@@ -205,7 +221,7 @@ class VAttentionAllocator(BlockManager):
     def for_model(cls, capacity_slots: int, model: ModelSpec, page_bytes: int = 2 << 20,
                   max_model_len: int = 2048, max_regions: int = 256) -> VAttentionAllocator:
         """A pool of ``capacity_slots`` token slots cut into pages of ``page_bytes`` per
-        layer and K/V tensor of ``model``."""
+        layer and cache tensor (K, V, or an MLA latent) of ``model``."""
         page_tokens = page_tokens_for(model, page_bytes)
         num_pages = check_int("capacity_slots", capacity_slots, minimum=1) // page_tokens
         if num_pages < 1:
