@@ -20,6 +20,7 @@ from pagedsim.errors import OutOfMemoryError
 from pagedsim.memory import RadixAllocator
 from pagedsim.memory.accounting import CATEGORIES
 from pagedsim.memory.fast_usage import usage_by_block_walk
+from pagedsim.memory.kv_cache_manager import KVCacheManager
 from pagedsim.memory.schemes import make_allocator
 from pagedsim.testing.allocator_machine import apply_copies
 from pagedsim.workloads.prompts import block_hashes
@@ -508,9 +509,9 @@ def test_lpm_keeps_preempted_requests_first_and_ties_in_arrival_order():
               SequenceGroup(req(4, (10, 11, 31)), [3]), SequenceGroup(req(5, (10, 32)), [4]),
               SequenceGroup(req(6, (40, 41)), [5], num_preemptions=1)]
     waiting = deque(groups)
-    order_waiting(waiting, a, "lpm")
+    order_waiting(waiting, KVCacheManager(a), "lpm")
     assert [g.request.request_id for g in waiting] == [6, 4, 3, 5, 2]
-    order_waiting(waiting, a, "fcfs")  # fcfs leaves the queue alone
+    order_waiting(waiting, KVCacheManager(a), "fcfs")  # fcfs leaves the queue alone
     assert [g.request.request_id for g in waiting] == [6, 4, 3, 5, 2]
     with pytest.raises(ValueError, match="lpm"):
         SchedulerConfig(order="longest")
@@ -523,10 +524,11 @@ def test_lpm_serves_fcfs_when_more_than_128_wait():
     hit = SequenceGroup(req(1000, (10, 11, 12, 14)), [999])  # arrives last, hits 3 blocks
     waiting = deque([*groups, hit])
     assert len(waiting) == LPM_MAX_WAITING == 128
-    order_waiting(waiting, a, "lpm")
+    order_waiting(waiting, KVCacheManager(a), "lpm")
     assert waiting[0] is hit  # 128 waiting: sorted
     waiting.append(SequenceGroup(req(2000, (300, 301)), [2000]))
-    order_waiting(waiting, a, "lpm")  # 129 waiting: FCFS again, the earlier sort undone
+    # 129 waiting: FCFS again, the earlier sort undone
+    order_waiting(waiting, KVCacheManager(a), "lpm")
     assert waiting[0] is groups[0] and waiting[-2] is hit
     assert [g.request.request_id for g in waiting] == sorted(
         g.request.request_id for g in waiting)

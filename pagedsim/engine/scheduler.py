@@ -60,9 +60,11 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..memory.base import Allocator, SeqId
+from ..memory.kv_cache_manager import Grant, KVCacheManager
 from ..workloads.workload import Request
+from .beams import BeamModel
 from .plan import ForkItem, PrefillItem, SequenceGroup, StepPlan
-from .scheduler_config import POLICIES, PREEMPTION_MODES, BeamModel, SchedulerConfig
+from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from .scheduler_reasons import describe, no_fit_reason, outgrows_reason, too_long_reason
 from .waiting_order import order_waiting
 
@@ -71,10 +73,16 @@ __all__ = ["POLICIES", "PREEMPTION_MODES", "BeamModel", "Scheduler", "SchedulerC
 
 
 class Scheduler:
-    """FCFS continuous batching over ``allocator``; one :meth:`schedule` call per step."""
+    """FCFS continuous batching over ``allocator``; one :meth:`schedule` call per step.
+
+    It asks memory only through :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`
+    (``self.kv``), the eight calls of vLLM v1's shape; ``self.allocator`` is kept for
+    whoever drives the same allocator's data (the kernels' caches, pictures, tests).
+    """
 
     def __init__(self, allocator: Allocator, config: SchedulerConfig | None = None) -> None:
         self.allocator = allocator
+        self.kv = KVCacheManager(allocator)
         self.config = config or SchedulerConfig()
         self.beams = BeamModel(self.config.beam_decay, self.config.seed)
         self.waiting: deque[SequenceGroup] = deque()
@@ -95,8 +103,8 @@ class Scheduler:
         self.num_swaps_out = self.num_swaps_in = self.num_cow_copies = 0
         # The longest request the model runs (tokens): the config's, else the allocator's
         # (contiguous regions and vAttention's virtual regions are that long); None: no limit.
-        limits = [m for m in (self.config.max_model_len, getattr(allocator, "max_model_len",
-                                                                 None)) if m is not None]
+        limits = [m for m in (self.config.max_model_len, self.kv.max_model_len)
+                  if m is not None]
         self.max_model_len: int | None = min(limits) if limits else None
         self._too_long: list[SequenceGroup] = []  # rejected at the start of the next step
 
@@ -130,19 +138,17 @@ class Scheduler:
         if not self.waiting:
             return None
         g = self.waiting[0]
-        return self.allocator.slots_needed(
-            g.request.prompt_len + g.num_output, g.kv_final_len
-        )
+        return self.kv.facts(g.request.prompt_len + g.num_output, g.kv_final_len).slots_per_seq
 
     # -------------------------------------------------------------------- step
     def schedule(self, now_s: float = 0.0) -> StepPlan:
         """Decide one step and update the allocator; see the module docstring."""
         self.step_index += 1
         plan = StepPlan(step=self.step_index)
-        alloc = self.allocator
+        kv = self.kv
 
-        # 1. What the previous step decided.
-        self._release(self._to_free, plan)
+        # 1. What the previous step decided (rooms held for samples never forked, too).
+        self._release(self._to_free, plan, only_held=True)
         self._to_free = []
         for group in self._too_long:
             assert self.max_model_len is not None
@@ -155,7 +161,7 @@ class Scheduler:
             if group.pending_forks:
                 self._releases += 1  # a fork into held room may move it (a new hole layout)
                 for parent, child in group.pending_forks:
-                    plan.forks.append(ForkItem(parent, child, alloc.fork(parent, child)))
+                    plan.forks.append(ForkItem(parent, child, kv.fork(parent, child)))
                 group.pending_forks = []
 
         # 2-4. Run what the policy allows: prefills and/or decodes, swap-ins.
@@ -202,16 +208,25 @@ class Scheduler:
         """Swapped requests come back first, oldest first. With nothing running, the
         oldest comes back even into the watermark (as admission does): the watermark
         keeps room for running requests' growth, and nothing else could ever free it."""
-        while self.swapped and (self._can_swap_in(self.swapped[0]) or (
-                not self.running and self._can_swap_in(self.swapped[0], watermark=0.0))):
-            self._swap_in(self.swapped.popleft(), plan)
+        while self.swapped:
+            group = self.swapped[0]
+            assert group.swapped is not None
+            if self._num_running_seqs() + len(group.seq_ids) > self.config.max_num_seqs:
+                return
+            copies = self.kv.swap_in(group.swapped, self.config.watermark)
+            if copies is None and not self.running:
+                copies = self.kv.swap_in(group.swapped, watermark=0.0)
+            if copies is None:
+                return
+            self.swapped.popleft()
+            self._swapped_in(group, copies, plan)
 
     def _run_running(self, plan: StepPlan, budget: int | None
                      ) -> tuple[list[SequenceGroup], int | None]:
         """Give every running group its next tokens, oldest first, preempting the newest
         requests when memory runs out. ``budget`` (tokens) limits the step, or None.
         Returns the preempted groups and the budget left."""
-        alloc = self.allocator
+        allocate = self.kv.allocate_slots
         queue = deque(self.running)
         self.running = []
         victims: list[SequenceGroup] = []
@@ -225,10 +240,10 @@ class Scheduler:
             if budget is not None and (want == 0 or want > budget):
                 self.running.append(group)  # no budget left this step: it waits
                 continue
-            while not (alloc.can_extend(group.seq_ids[0], want) if chunk
-                       else alloc.can_append_all(group.seq_ids)):
+            # A chunk: ``want`` tokens of its one sequence; a decode: one token each.
+            while (grant := allocate(group.seq_ids, want if chunk else 1)) is None:
                 if not queue and not self.running:  # alone, and still no room: never will be
-                    self._reject(group, plan, outgrows_reason(alloc, group))
+                    self._reject(group, plan, outgrows_reason(self.kv.facts(0), group))
                     break
                 victim = queue.pop() if queue else group
                 self._preempt(victim, plan)
@@ -237,18 +252,21 @@ class Scheduler:
                     break
             else:
                 if chunk:
-                    self._prefill_chunk(group, want, plan)
+                    self._prefill_chunk(group, want, grant, plan)
                 else:
-                    self._decode(group, plan)
+                    self._decode(group, grant, plan)
                 self.running.append(group)
                 if budget is not None:
                     budget -= want
         return victims, budget
 
-    def _prefill_chunk(self, group: SequenceGroup, num_tokens: int, plan: StepPlan) -> None:
+    def _prefill_chunk(self, group: SequenceGroup, num_tokens: int, grant: Grant,
+                       plan: StepPlan) -> None:
         seq_id = group.seq_ids[0]
-        plan.cow_copies.extend(self.allocator.extend(seq_id, num_tokens))
-        start = self.allocator.seq_len(seq_id) - num_tokens
+        plan.cow_copies.extend(grant.copies)
+        # The prefill covers the prompt and any generated tokens being recomputed;
+        # ``prefill_left`` of them are still to come, this chunk's included.
+        start = group.request.prompt_len + group.num_output - group.prefill_left
         group.prefill_left -= num_tokens
         plan.prefills.append(PrefillItem(group.request.request_id, seq_id, num_tokens,
                                          group.num_output > 0, start, not group.prefill_left))
@@ -257,25 +275,21 @@ class Scheduler:
         plan.num_batched_requests += 1
 
     # --------------------------------------------------------------- decoding
-    def _decode(self, group: SequenceGroup, plan: StepPlan) -> None:
-        append = self.allocator.append_slot
-        for seq_id in group.seq_ids:
-            slot, copy = append(seq_id)
-            if copy is not None:
-                plan.cow_copies.append(copy)
-            plan.decode_seq_ids.append(seq_id)
-            plan.decode_slots.append(slot)
+    def _decode(self, group: SequenceGroup, grant: Grant, plan: StepPlan) -> None:
+        plan.cow_copies.extend(grant.copies)
+        plan.decode_seq_ids.extend(group.seq_ids)
+        plan.decode_slots.extend(grant.slots)
         rid = group.request.request_id
         plan.decode_request_ids.append(rid)
         plan.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len + group.num_output)
         plan.num_batched_requests += 1
 
-    def _release(self, seq_ids: list[SeqId], plan: StepPlan) -> None:
-        """Free ``seq_ids`` (one release event when there are any) and say so in the plan."""
-        self._releases += bool(seq_ids)
-        for seq_id in seq_ids:
-            self.allocator.free(seq_id)
-        plan.frees.extend(seq_ids)
+    def _release(self, seq_ids: list[SeqId], plan: StepPlan, only_held: bool = False) -> None:
+        """Free ``seq_ids`` (``only_held``: those that own memory), one release event when
+        there are any, and say so in the plan."""
+        freed = self.kv.free(seq_ids, only_held)
+        self._releases += bool(freed)
+        plan.frees.extend(freed)
 
     def _after_sampling(self, plan: StepPlan, now_s: float) -> None:
         """Every group that ran this step sampled one more token (all its sequences)."""
@@ -301,31 +315,17 @@ class Scheduler:
             self.running = [g for g in self.running if g.status != "finished"]
 
     def _select_beams(self, group: SequenceGroup) -> None:
-        parents = self.beams.parents(len(group.seq_ids))
-        counts = [0] * len(group.seq_ids)
-        for i in parents:
-            counts[i] += 1
-        survivors: list[SeqId] = []
-        forks: list[tuple[SeqId, SeqId]] = []
-        for i, seq_id in enumerate(group.seq_ids):
-            if counts[i] == 0:
-                group.pending_frees.append(seq_id)
-                continue
-            survivors.append(seq_id)
-            for _ in range(counts[i] - 1):
-                child = self._new_seq_id()
-                forks.append((seq_id, child))
-                survivors.append(child)
+        survivors, forks, dropped = self.beams.select(group.seq_ids, self._new_seq_id)
+        group.pending_frees.extend(dropped)
         group.pending_forks.extend(forks)
         group.seq_ids = survivors
 
     def _finish(self, group: SequenceGroup, plan: StepPlan) -> None:
         group.status = "finished"
         self._to_free.extend(group.seq_ids)
-        # Samples never forked (a one-token output) give back any room held for them.
-        for child in self._children.pop(group.request.request_id, []):
-            if child in self.allocator:
-                self._to_free.append(child)
+        # Samples never forked (a one-token output) give back any room held for them
+        # (released only where the scheme held some).
+        self._to_free.extend(self._children.pop(group.request.request_id, []))
         plan.finished.append(group.request.request_id)
 
     # ------------------------------------------------------------- preemption
@@ -334,13 +334,14 @@ class Scheduler:
         self._releases += 1
         group.num_preemptions += 1
         plan.preempted.append(group.request.request_id)
-        slots = self.allocator.swap_out_slots(group.seq_ids)
         # Swap when asked to, and (as vLLM v0 does) for groups of several sequences even
         # under recompute, because recomputing them separately would lose their sharing;
         # recompute whenever the CPU pool has no room.
         wants_swap = self.config.preemption == "swap" or len(group.seq_ids) > 1
-        if wants_swap and self.cpu_used_slots + slots <= self.config.cpu_swap_slots:
-            swapped = self.allocator.swap_out(group.seq_ids)
+        swapped = (self.kv.swap_out(group.seq_ids,
+                                    self.config.cpu_swap_slots - self.cpu_used_slots)
+                   if wants_swap else None)
+        if swapped is not None:
             self.cpu_used_slots += swapped.cpu_slots
             group.swapped = swapped
             group.status = "swapped"
@@ -348,9 +349,7 @@ class Scheduler:
             self.swapped.append(group)
             self.num_swaps_out += 1
         else:  # recompute (also when the CPU pool is full)
-            for seq_id in group.seq_ids:
-                self.allocator.free(seq_id)
-            plan.frees.extend(group.seq_ids)
+            plan.frees.extend(self.kv.free(group.seq_ids))
             group.status = "waiting"
             group.prefill_left = 0  # a recomputation starts its prefill over
             if len(group.seq_ids) > 1:  # restart: prefill once and fork again (sharing back)
@@ -359,16 +358,9 @@ class Scheduler:
                 group.pending_forks = []
                 group.pending_frees = []
 
-    def _can_swap_in(self, group: SequenceGroup, watermark: float | None = None) -> bool:
+    def _swapped_in(self, group: SequenceGroup, copies: list, plan: StepPlan) -> None:
+        """``group`` is back on the GPU (``copies``: CPU -> GPU): it runs again."""
         assert group.swapped is not None
-        if self._num_running_seqs() + len(group.seq_ids) > self.config.max_num_seqs:
-            return False
-        watermark = self.config.watermark if watermark is None else watermark
-        return self.allocator.can_swap_in(group.swapped, watermark)
-
-    def _swap_in(self, group: SequenceGroup, plan: StepPlan) -> None:
-        assert group.swapped is not None
-        copies = self.allocator.swap_in(group.swapped)
         plan.swap_ins.append((group.swapped, copies))
         self.cpu_used_slots -= group.swapped.cpu_slots
         group.swapped = None
@@ -389,7 +381,7 @@ class Scheduler:
         (a preempted request's prompt plus its generated tokens) runs alone.
         """
         cfg = self.config
-        order_waiting(self.waiting, self.allocator, cfg.order)
+        order_waiting(self.waiting, self.kv, cfg.order)
         num_seqs = self._num_running_seqs()
         while self.waiting:
             group = self.waiting[0]
@@ -403,7 +395,7 @@ class Scheduler:
                 continue
             can_chunk = chunked and width == 1
             # A prefix cache serves the first ``hit`` tokens: only the rest is computed.
-            hit = self.allocator.lookup_prefix(group.request, num_tokens, group.seq_ids[0])
+            hit = self.kv.get_computed_tokens(group.request, group.seq_ids[0], num_tokens)
             prefill_tokens = (num_tokens - hit) * (len(group.seq_ids) if recompute else 1)
             if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
                 self._reject(self.waiting.popleft(), plan,
@@ -425,15 +417,18 @@ class Scheduler:
             if (blocked is not None and blocked[0] is group and chunk >= blocked[1]
                     and blocked[2] == self._releases):
                 break  # it did not fit, and nothing was released since
-            if not self._allocate_group(group, chunk, recompute):
-                if self.allocator.num_seqs or self.running:
+            grant = self._allocate_group(group, chunk, recompute)
+            if grant is None:
+                if self.kv.num_seqs or self.running:
                     self._blocked = (group, chunk, self._releases)
                     break  # memory will be released: wait
                 # Nothing else holds memory. The watermark keeps room for running requests'
                 # growth; with none running it must not keep a request out for good.
-                if not self._allocate_group(group, chunk, recompute, watermark=0.0):
+                grant = self._allocate_group(group, chunk, recompute, watermark=0.0)
+                if grant is None:
+                    facts = self.kv.facts(chunk, group.kv_final_len)
                     self._reject(self.waiting.popleft(), plan,
-                                 no_fit_reason(self.allocator, group, chunk, recompute))
+                                 no_fit_reason(facts, group, chunk, recompute))
                     continue
             self.waiting.popleft()
             group.status = "running"
@@ -441,16 +436,15 @@ class Scheduler:
             if group.first_scheduled_s is None:
                 group.first_scheduled_s = now_s
             done = 0
-            for seq_id in group.seq_ids:
-                # Tokens served from the cache are attended to, not computed.
-                cached = self.allocator.prefix_hit_tokens(seq_id)
+            # Tokens served from the cache are attended to, not computed.
+            for seq_id, cached in zip(group.seq_ids, grant.computed_tokens, strict=True):
                 plan.prefills.append(PrefillItem(group.request.request_id, seq_id,
                                                  chunk - cached, recompute, cached,
                                                  not group.prefill_left))
                 done += chunk - cached
                 plan.num_prefill_tokens_cached += cached
                 plan.kv_tokens_read += cached
-            hit = self.allocator.prefix_hit_tokens(group.seq_ids[0])
+            hit = grant.computed_tokens[0]
             plan.prefix_query_tokens += num_tokens
             plan.prefix_hit_tokens += hit
             if group.cached_prompt_tokens is None:
@@ -462,35 +456,33 @@ class Scheduler:
             budget -= done
 
     def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool,
-                        watermark: float | None = None) -> bool:
-        """All the memory the group needs now, or nothing (returns False).
+                        watermark: float | None = None) -> Grant | None:
+        """All the memory the group needs now, or nothing (returns None).
 
         A recomputed group re-prefills every sequence; a new one prefills its first
         sequence and names the samples it will fork after the first token, so that the
         allocator can hold room for them if its scheme needs any.
         """
         watermark = self.config.watermark if watermark is None else watermark
+        allocate = self.kv.allocate_slots
         if recompute:
-            return self.allocator.allocate_group(group.seq_ids, num_tokens, group.kv_final_len,
-                                                 watermark=watermark, content=group.request)
+            return allocate(group.seq_ids, num_tokens, request=group.request,
+                            final_len=group.kv_final_len, watermark=watermark)
         # The children's ids are only taken when the admission succeeds.
         children = [self._next_seq + 1 + i for i in range(group.width - 1)]
-        if not self.allocator.allocate_group(group.seq_ids[:1], num_tokens, group.kv_final_len,
-                                             children, watermark, content=group.request):
-            return False
-        self._next_seq += len(children)
-        self._children[group.request.request_id] = children
-        return True
+        grant = allocate(group.seq_ids[:1], num_tokens, request=group.request,
+                         final_len=group.kv_final_len, fork_ids=children, watermark=watermark)
+        if grant is not None:
+            self._next_seq += len(children)
+            self._children[group.request.request_id] = children
+        return grant
 
     # --------------------------------------------------------------- rejection
     def _reject(self, group: SequenceGroup, plan: StepPlan, reason: str) -> None:
         """The request can never run: release what it holds and say why."""
         rid = group.request.request_id
         self._releases += 1
-        held = [c for c in self._children.pop(rid, []) if c in self.allocator]
-        owned = [s for s in group.seq_ids if s in self.allocator] + held
-        for seq_id in owned:
-            self.allocator.free(seq_id)
+        owned = self.kv.free([*group.seq_ids, *self._children.pop(rid, [])], only_held=True)
         plan.frees.extend(owned)
         group.status = "rejected"
         group.reject_reason = reason

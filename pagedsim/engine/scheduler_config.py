@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..validate import check_choice, check_int
 
 PREEMPTION_MODES = ("recompute", "swap")
@@ -55,26 +53,3 @@ class SchedulerConfig:
         check_choice("order", self.order, ORDERS)
         if self.max_model_len is not None:
             check_int("max_model_len", self.max_model_len, minimum=1)
-
-
-class BeamModel:
-    """Which beams' continuations survive a step: a seeded stand-in for real scores.
-
-    Each of the k survivors picks its parent independently, beam i with probability
-    proportional to ``decay ** i``. With decay 0.5 and k = 4 the best beam parents
-    about half the survivors, so beams keep merging into few lineages, as real beam
-    search does; decay 1 makes every beam equally likely.
-    """
-
-    def __init__(self, decay: float, seed: int) -> None:
-        self.decay = decay
-        self.rng = np.random.default_rng(seed)
-        self._probs: dict[int, np.ndarray] = {}
-
-    def parents(self, width: int) -> list[int]:
-        """For each survivor, the index of its parent beam (sorted: best parent first)."""
-        p = self._probs.get(width)
-        if p is None:
-            w = self.decay ** np.arange(width)
-            p = self._probs[width] = w / w.sum()
-        return sorted(self.rng.choice(width, size=width, p=p).tolist())

@@ -7,7 +7,7 @@ limit that bites, with the limit's value.
 
 from __future__ import annotations
 
-from ..memory.base import Allocator
+from ..memory.kv_cache_manager import PoolFacts
 from .plan import SequenceGroup
 
 
@@ -25,21 +25,21 @@ def too_long_reason(group: SequenceGroup, max_model_len: int) -> str:
             f"max_model_len ({max_model_len}), the longest sequence the model runs")
 
 
-def no_fit_reason(allocator: Allocator, group: SequenceGroup, num_tokens: int,
+def no_fit_reason(facts: PoolFacts, group: SequenceGroup, num_tokens: int,
                   recompute: bool) -> str:
-    """The request does not fit the empty pool at admission."""
-    per_seq = allocator.slots_needed(num_tokens, group.kv_final_len)
+    """The request does not fit the empty pool at admission (``facts`` of the pool, for
+    one sequence of ``num_tokens`` tokens)."""
+    per_seq = facts.slots_per_seq
     many = (f"; it starts {len(group.seq_ids)} sequences" if recompute
             else f" (and room for {group.width - 1} forks, in schemes that cannot share)"
             if group.width > 1 else "")
     return (f"{describe(group)} does not fit the empty pool of "
-            f"{allocator.capacity_slots:,} slots: this scheme takes {per_seq:,} "
+            f"{facts.capacity_slots:,} slots: this scheme takes {per_seq:,} "
             f"slots for one sequence of {num_tokens} tokens at admission{many}")
 
 
-def outgrows_reason(allocator: Allocator, group: SequenceGroup) -> str:
-    """The request, running alone, needs more than the whole pool."""
-    used = allocator.capacity_slots - allocator.num_free_slots
+def outgrows_reason(facts: PoolFacts, group: SequenceGroup) -> str:
+    """The request, running alone, needs more than the whole pool (``facts`` of it)."""
     return (f"{describe(group)} outgrows the whole pool of "
-            f"{allocator.capacity_slots:,} slots while running alone (it held "
-            f"{used:,} slots after {group.num_output} output tokens)")
+            f"{facts.capacity_slots:,} slots while running alone (it held "
+            f"{facts.used_slots:,} slots after {group.num_output} output tokens)")

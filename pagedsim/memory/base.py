@@ -91,7 +91,9 @@ class SlotUsage:
 
 @runtime_checkable
 class Allocator(Protocol):
-    """The narrow interface: everything the scheduler, the accounting and the KV caches call.
+    """What every scheme implements: everything the scheduler (through
+    :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`, its eight calls), the
+    accounting and the KV caches call.
 
     Every scheme-specific decision sits behind it (how many blocks or pages a prompt
     takes, how the watermark applies, whether forked children need room held from
@@ -114,7 +116,7 @@ class Allocator(Protocol):
     #: 0 for schemes without a prefix cache.
     evicted_blocks: int
 
-    # ------------------------------------------------------- the scheduler's calls
+    # ------------------------- what KVCacheManager calls for the scheduler
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
                        watermark: float = 0.0, content: Request | None = None) -> bool:

@@ -23,7 +23,10 @@ lab's, can be tested with the groups it supports:
   ``external_frag_slots``) partitions the pool and counts a shared slot once;
 - :class:`~pagedsim.testing.refusal_rules.RefusalRules`: calls that must fail with
   ``ValueError`` and change nothing (held rooms used as sequences, swapped-out ids reused,
-  duplicates, unknown ids, bad content), and held rooms forked from other sequences.
+  duplicates, unknown ids, bad content), and held rooms forked from other sequences;
+- :class:`~pagedsim.testing.manager_rules.ManagerRules`: the same memory driven through
+  the scheduler's seam, :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`
+  (admission, decodes, chunks and swap-outs; a refusal changes nothing).
 
 :class:`FullAllocatorMachine` has every group (``tests/test_allocator_state.py`` runs
 it on every registered scheme). A subclass says how to build the allocator by
@@ -46,6 +49,7 @@ from ..errors import OutOfMemoryError
 from ..memory.accounting import CATEGORIES, SlotAccount, account
 from ..memory.base import KVCopy
 from .kv_copies import apply_copies
+from .manager_rules import ManagerRules
 from .refusal_rules import RefusalRules
 
 __all__ = ["AccountingRules", "AllocatorMachine", "ChunkRules", "ForkRules", "FullAllocatorMachine",
@@ -361,6 +365,6 @@ class AccountingRules:
             assert acct.physical_blocks <= acct.logical_blocks
 
 
-class FullAllocatorMachine(RefusalRules, ForkRules, ChunkRules, SwapRules, AccountingRules,
-                           AllocatorMachine):
+class FullAllocatorMachine(RefusalRules, ManagerRules, ForkRules, ChunkRules, SwapRules,
+                           AccountingRules, AllocatorMachine):
     """Every group of rules: for allocators that offer the whole narrow interface."""

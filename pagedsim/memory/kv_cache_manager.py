@@ -1,0 +1,157 @@
+"""What the scheduler asks of memory: eight calls, in vLLM v1's shape.
+
+vLLM v1's scheduler talks to one ``KVCacheManager``: ``get_computed_blocks(request)``
+(the cached prefix), ``allocate_slots(request, num_new_tokens)`` (blocks for the next
+tokens, or None when they do not fit: admission, prefill chunks and decodes alike) and
+``free(request)``. :class:`KVCacheManager` is that seam here, over any scheme's
+:class:`~pagedsim.memory.base.Allocator`:
+
+==========================  ====================================================
+``get_computed_tokens``     tokens of a new sequence the prefix cache holds now
+``allocate_slots``          room for the next tokens of a group -> :class:`Grant`,
+                            or None (and nothing changed) when it does not fit
+``fork``                    a child holds its parent's tokens -> copies
+``free``                    release sequences -> the ids released
+``swap_out`` / ``swap_in``  to a CPU pool and back -> the group / copies, or None
+``num_seqs``                sequences that own memory now (will any be released?)
+``facts``                   capacity, slots in use, slots one sequence takes
+==========================  ====================================================
+
+plus ``max_model_len``, the longest sequence the scheme holds (None: no limit). The
+scheduler calls nothing else. Everything scheme-specific (whether forks share or copy,
+a watermark, rooms held for forks, what a swap-out costs) stays behind the allocator,
+so the scheduler never asks which scheme it drives. The wider
+:class:`~pagedsim.memory.base.Allocator` remains what the kernels' caches, the
+accounting and the pictures read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from .base import Allocator, KVCopy, SeqId, SwappedGroup
+
+if TYPE_CHECKING:  # the workload module does not import memory
+    from ..workloads.workload import Request
+
+
+class Grant(NamedTuple):
+    """What :meth:`KVCacheManager.allocate_slots` gave."""
+
+    copies: list[KVCopy]  # copy-on-write copies to carry out before writing
+    #: One token for each sequence: the slot its K/V goes into, in ``seq_ids`` order.
+    #: Empty for a longer chunk and at admission.
+    slots: list[int]
+    #: At admission: tokens of each sequence served from the prefix cache (their K/V is
+    #: there already; only the rest is computed). Empty otherwise.
+    computed_tokens: list[int]
+
+
+class PoolFacts(NamedTuple):
+    """The pool in numbers, for a rejected request's reason (slots)."""
+
+    capacity_slots: int
+    used_slots: int
+    slots_per_seq: int  # what one sequence of the asked length takes at admission
+
+
+class KVCacheManager:
+    """The scheduler's calls, over ``allocator`` (see the module docstring)."""
+
+    __slots__ = ("allocator", "max_model_len", "_append", "_holds")
+
+    def __init__(self, allocator: Allocator) -> None:
+        self.allocator = allocator
+        #: The longest sequence the scheme holds (contiguous regions and vAttention's
+        #: virtual regions are that long), tokens; None: blocks set no limit.
+        self.max_model_len: int | None = getattr(allocator, "max_model_len", None)
+        self._append = allocator.append_slot  # the decode hot path: one lookup
+        self._holds = allocator.__contains__
+
+    def get_computed_tokens(self, request: Request, seq_id: SeqId, num_tokens: int) -> int:
+        """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``request`` whose
+        K/V the prefix cache holds now (whole blocks, at most ``num_tokens - 1``). Changes
+        nothing; 0 without a prefix cache."""
+        return self.allocator.lookup_prefix(request, num_tokens, seq_id)
+
+    def allocate_slots(self, seq_ids: Sequence[SeqId], num_new_tokens: int, *,
+                       request: Request | None = None, final_len: int | None = None,
+                       fork_ids: Sequence[SeqId] = (), watermark: float = 0.0
+                       ) -> Grant | None:
+        """Room for ``num_new_tokens`` more tokens of each of ``seq_ids``, or None (and
+        nothing changed) when it does not fit.
+
+        * Sequences that own no memory yet are *admitted*: each gets its first
+          ``num_new_tokens`` tokens (cached prefix included: the cache serves what it
+          holds of ``request`` and says how much in ``computed_tokens``); ``final_len`` is
+          their final length (tokens) and ``fork_ids`` the children they will fork, for
+          schemes that hold room for them; ``watermark`` is the fraction of the pool the
+          scheme keeps free at admission, where it applies one.
+        * Running sequences get one token each (a decode: ``slots`` says where), or one
+          sequence gets a longer chunk of its prefill.
+        """
+        alloc = self.allocator
+        if not self._holds(seq_ids[0]):
+            if not alloc.allocate_group(seq_ids, num_new_tokens, final_len, fork_ids,
+                                        watermark, content=request):
+                return None
+            return Grant([], [], [alloc.prefix_hit_tokens(s) for s in seq_ids])
+        if num_new_tokens == 1:
+            if not alloc.can_append_all(seq_ids):
+                return None
+            append = self._append
+            copies: list[KVCopy] = []
+            slots: list[int] = []
+            for seq_id in seq_ids:
+                slot, copy = append(seq_id)
+                if copy is not None:
+                    copies.append(copy)
+                slots.append(slot)
+            return Grant(copies, slots, [])
+        if len(seq_ids) != 1:
+            raise ValueError(f"a chunk of {num_new_tokens} tokens goes to one sequence, "
+                             f"not {len(seq_ids)} ({tuple(seq_ids)!r})")
+        if not alloc.can_extend(seq_ids[0], num_new_tokens):
+            return None
+        return Grant(alloc.extend(seq_ids[0], num_new_tokens), [], [])
+
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
+        """``child_id`` holds the same tokens as ``parent_id``; the copies to carry out."""
+        return self.allocator.fork(parent_id, child_id)
+
+    def free(self, seq_ids: Iterable[SeqId], only_held: bool = False) -> list[SeqId]:
+        """Release ``seq_ids`` (or, ``only_held``, those of them that own memory: rooms
+        held for children never forked); returns the ids released."""
+        alloc = self.allocator
+        if only_held:
+            seq_ids = [s for s in seq_ids if self._holds(s)]
+        for seq_id in seq_ids:
+            alloc.free(seq_id)
+        return seq_ids if isinstance(seq_ids, list) else list(seq_ids)
+
+    def swap_out(self, seq_ids: Sequence[SeqId], cpu_free_slots: int) -> SwappedGroup | None:
+        """Move the sequences to a CPU pool with ``cpu_free_slots`` free slots and
+        release their GPU memory; None (nothing changed) when they need more."""
+        if self.allocator.swap_out_slots(seq_ids) > cpu_free_slots:
+            return None
+        return self.allocator.swap_out(seq_ids)
+
+    def swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> list[KVCopy] | None:
+        """Bring a swapped group back, leaving ``watermark`` of the pool free; the copies
+        CPU -> GPU, or None (nothing changed) when it does not fit."""
+        if not self.allocator.can_swap_in(group, watermark):
+            return None
+        return self.allocator.swap_in(group)
+
+    @property
+    def num_seqs(self) -> int:
+        """Sequences (and rooms held for forks) that own memory now."""
+        return self.allocator.num_seqs
+
+    def facts(self, num_tokens: int, final_len: int | None = None) -> PoolFacts:
+        """The pool's capacity and use, and the slots one sequence of ``num_tokens``
+        tokens (``final_len`` at the end) takes at admission."""
+        alloc = self.allocator
+        return PoolFacts(alloc.capacity_slots, alloc.capacity_slots - alloc.num_free_slots,
+                         alloc.slots_needed(num_tokens, final_len))
