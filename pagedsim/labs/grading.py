@@ -206,7 +206,8 @@ def _worker_config(lab: LabInfo, folder: Path, timeout_s: float) -> dict:
     kernels = lab_requirements(lab)[1]
     return {"folder": str(folder), "modules": list(lab.remote_modules),
             "preload": ["pagedsim"] + (["torch", "triton"] if kernels else []),
-            "forbidden": list(lab.forbidden_imports), "memory_bytes": WORKER_MEMORY_BYTES,
+            "forbidden": list(lab.forbidden_imports), "given": list(lab.given_modules),
+            "memory_bytes": WORKER_MEMORY_BYTES,
             "cpu_s": math.ceil(timeout_s) + 10, "call_limit_s": min(timeout_s, CALL_LIMIT_S),
             "start_limit_s": min(timeout_s, CALL_LIMIT_S)}
 

@@ -8,13 +8,18 @@ A lab is a folder ``lab<N>_<slug>/`` holding ``lab.json``, the student module(s)
      "student_files": ["budget_lab.py"], "forbidden_imports": ["pagedsim.models.budget"],
      "tasks": [{"marker": "lab1_1", "title": "bytes per token with GQA", "points": 10}],
      "requires": ["hypothesis>=6.100"],                                # optional
-     "worker_modules": ["adapters"]}                                   # optional
+     "worker_modules": ["adapters"],                                   # optional
+     "given_modules": ["pagedsim.memory.paged"]}                        # optional
 
 ``requires`` (optional) lists extra pip requirements for the autograder, beyond what
 :mod:`pagedsim.labs.autograder` infers from the lab's imports. ``worker_modules``
 (optional; default: the student files' module names) are the modules the graders import
 that run in the student's process when graded (:mod:`pagedsim.labs.remote`): lab 6 names
-``adapters``, whose Triton harnesses must run beside the student's kernels. Every problem
+``adapters``, whose Triton harnesses must run beside the student's kernels.
+``given_modules`` (optional) are pagedsim modules the lab gives the student although they
+import a forbidden one (lab 7: ``pagedsim.memory.paged``, whose ``usage()`` needs the
+forbidden ``pagedsim.memory.accounting``); the worker imports them before it refuses the
+forbidden modules (:mod:`pagedsim.labs.guard`). Every problem
 is reported as one :class:`LabError` line naming the file, the key and what would be valid.
 """
 
@@ -40,7 +45,7 @@ FOLDER_RE = re.compile(r"^lab(?P<id>[1-9][0-9]*)_(?P<slug>[a-z0-9][a-z0-9_]*)$")
 MARKER_RE = re.compile(r"^lab(?P<lab>[1-9][0-9]*)_(?P<task>[1-9][0-9]*)$")
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _REQUIRED = ("id", "title", "hours", "notebook", "student_files", "forbidden_imports", "tasks")
-_OPTIONAL = ("requires", "worker_modules")
+_OPTIONAL = ("requires", "worker_modules", "given_modules")
 _TASK_KEYS = ("marker", "title", "points")
 
 
@@ -78,6 +83,7 @@ class LabInfo:
     path: Path
     requires: tuple[str, ...] = ()
     worker_modules: tuple[str, ...] = ()
+    given_modules: tuple[str, ...] = ()
 
     @property
     def remote_modules(self) -> tuple[str, ...]:
@@ -223,13 +229,20 @@ def load_lab(folder: Path) -> LabInfo:
         if not _MODULE_RE.match(name) or "." in name or not (folder / f"{name}.py").is_file():
             raise LabError(f"{where}: worker_modules entry {name!r} must name a module "
                            f"<name>.py of {folder.name}/")
+    given = _names(where, "given_modules", raw.get("given_modules", []), allow_empty=True)
+    for name in given:
+        if not _MODULE_RE.match(name) or any(name == f or name.startswith(f + ".")
+                                             for f in forbidden):
+            raise LabError(f"{where}: given_modules entry {name!r} must be a module name "
+                           "that forbidden_imports does not forbid")
     tasks = _tasks(where, lab_id, raw["tasks"])
     for name in ("adapters.py", f"test_lab{lab_id}.py"):
         if not (folder / name).is_file():
             raise LabError(f"{where}: the lab folder has no {name}")
     return LabInfo(id=lab_id, title=title, hours=hours, notebook=notebook,
                    student_files=student_files, forbidden_imports=forbidden, tasks=tasks,
-                   path=folder, requires=requires, worker_modules=worker_modules)
+                   path=folder, requires=requires, worker_modules=worker_modules,
+                   given_modules=given)
 
 
 def _text(where: Path, key: str, value: object) -> str:

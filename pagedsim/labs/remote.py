@@ -4,8 +4,9 @@ When :func:`pagedsim.labs.grade` grades, the pytest process that runs the grader
 no student code. :func:`install` puts a :class:`RemoteModule` in ``sys.modules`` under each
 name the lab's graders import the student's code by (``budget_lab``; lab 6's
 ``adapters``); every use of it (an attribute, a call, an item, ``len``, iteration) is a
-request to a :class:`Worker`, a process started by ``python -m pagedsim.labs.worker`` in a
-folder holding the student's files only, confined (:mod:`pagedsim.labs.sandbox`). Answers
+request to a :class:`Worker`, a process (:mod:`pagedsim.labs.worker`, started through
+:mod:`.guard`, which keeps the lab's forbidden modules out of it) in a folder holding the
+student's files only, confined (:mod:`pagedsim.labs.sandbox`). Answers
 come back as plain values (ints, strings, lists, tensors' copies...), checked by the
 graders here, or as handles (:class:`Remote`) of objects that stay there; the student's
 exceptions come back as the nearest builtin or pagedsim exception class. The student's
@@ -19,7 +20,6 @@ and the next request starts a fresh one); the worker's output is kept up to
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
 import pickle
@@ -31,16 +31,14 @@ import threading
 import types
 from pathlib import Path
 
+from .answers import WorkerError, exception, tensor
+from .guard import BOOT
 from .live import LIVE, LiveMixin
-from .wire import TENSOR_DTYPES, WireError, recv, safe_loads, send
+from .wire import WireError, recv, safe_loads, send
 
 #: Bytes of the student's printed output kept (the rest is counted, then dropped).
 OUTPUT_CAP_BYTES = 64 * 2**10
 _CALLABLES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType)
-
-
-class WorkerError(RuntimeError):
-    """The student's process ended, ran past a limit or broke the channel's rules."""
 
 
 class Worker:
@@ -73,7 +71,7 @@ class Worker:
         env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=config["folder"],
                    TRITON_CACHE_DIR=str(Path(config["folder"]) / ".triton"))
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "pagedsim.labs.worker", json.dumps(config)],
+            [sys.executable, "-c", BOOT, json.dumps(config)],
             cwd=config["folder"], pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
             start_new_session=True)
@@ -163,7 +161,7 @@ class Worker:
         if message[0] == "ok" and len(message) == 2:
             return message[1]
         if message[0] == "err" and len(message) == 4:
-            raise _exception(*message[1:])
+            raise exception(*message[1:])
         raise self._died("with a malformed reply")
 
     # -- encoding
@@ -199,7 +197,7 @@ class Worker:
         if kind == "v" and len(tag) == 2 and type(tag[1]) in (int, float, str, bytes):
             return tag[1]
         if kind == "T" and len(tag) == 5:
-            return _tensor(*tag[1:])
+            return tensor(*tag[1:])
         raise WireError(f"unknown reference {tag!r:.80}")
 
 
@@ -235,50 +233,6 @@ def _graders_own(func: object) -> bool:
         return True
     module = getattr(func, "__module__", None) or ""
     return module.partition(".")[0] not in _BY_NAME
-
-
-def _tensor(dtype: object, shape: object, device: object, raw: object) -> object:
-    import torch
-
-    if dtype not in TENSOR_DTYPES or not isinstance(raw, bytes) or not isinstance(
-            shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
-        raise WireError("a malformed tensor")
-    kind = getattr(torch, str(dtype))
-    if not raw:
-        out = torch.empty(shape, dtype=kind)
-    else:
-        out = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(kind).reshape(shape)
-    if isinstance(device, str) and device.startswith("cuda") and torch.cuda.is_available():
-        out = out.to(device)
-    return out
-
-
-def _exception(mro: object, text: object, where: object) -> Exception:
-    """The student's exception as the nearest builtin or pagedsim class (its own name in
-    front of the message when that differs), never a BaseException outside Exception."""
-    chosen: type[Exception] = WorkerError
-    names = [m for m in mro if isinstance(m, tuple) and len(m) == 2] if isinstance(
-        mro, list) else []
-    for module, qualname in names:
-        cls = None
-        if module == "builtins":
-            cls = getattr(builtins, str(qualname), None)
-        elif isinstance(module, str) and module.startswith("pagedsim.") and module in \
-                sys.modules:
-            cls = sys.modules[module]
-            for part in str(qualname).split("."):
-                cls = getattr(cls, part, None)
-        if isinstance(cls, type) and issubclass(cls, Exception) and cls is not Exception:
-            chosen = cls
-            break
-    own = str(names[0][1]) if names else "an error"
-    message = str(text) if own == chosen.__qualname__ else f"{own}: {text}"
-    if isinstance(where, list) and where:
-        message += f" (at {', '.join(str(w) for w in where)})"
-    try:
-        return chosen(message)
-    except Exception:  # noqa: BLE001 - a class that wants other arguments
-        return WorkerError(message)
 
 
 class Remote:

@@ -1,9 +1,11 @@
-"""The process that runs a student's code: ``python -m pagedsim.labs.worker CONFIG``.
+"""The process that runs a student's code: ``python -c BOOT CONFIG`` (:mod:`.guard`).
 
 Started by :mod:`pagedsim.labs.remote` in a folder holding the student's files (and, for
 a lab whose graders reach the student through it, the lab's ``adapters.py``), nothing
-else. It imports the preloads (pagedsim, torch...), blocks the lab's forbidden modules
-(:func:`block_forbidden`), confines itself (:func:`pagedsim.labs.sandbox.confine`) and
+else. :func:`pagedsim.labs.guard.boot` keeps the lab's forbidden modules from ever running
+here, then :func:`main` imports the preloads (pagedsim, torch...), scrubs what a lab's
+given modules imported of the forbidden ones (:func:`~pagedsim.labs.guard.block_forbidden`),
+confines itself (:func:`pagedsim.labs.sandbox.confine`) and
 then answers requests on one pipe, replying on another (:mod:`pagedsim.labs.wire`). Its stdout
 and stderr go to a pipe the grader reads and cuts at a cap. It never sees the graders,
 the results, or where they go; whatever it answers, the graders check the answer.
@@ -21,6 +23,7 @@ import types
 from pathlib import Path
 
 from . import counting  # noqa: F401  (imported before the user switch: see setup.sh)
+from .guard import block_forbidden
 from .wire import recv, send
 
 #: The channel's two ends in this process (set from the config by :func:`main`).
@@ -223,51 +226,6 @@ def _serve(until_reply: bool = False) -> object:
         send(REPLIES_FD, reply)
 
 
-def block_forbidden(forbidden: tuple[str, ...]) -> None:
-    """Make the forbidden modules unreachable by import and through their packages'
-    re-exports (``getattr(pagedsim, "PagedAllocator")``), after the preloads imported
-    them. pagedsim's own code keeps the references it already holds. A forbidden module of
-    Python's standard library is left to the static check (blocking ``os`` would end
-    this process)."""
-    forbidden = tuple(f for f in forbidden
-                      if f.partition(".")[0] not in sys.stdlib_module_names)
-
-    def hit(name: object) -> bool:
-        return isinstance(name, str) and any(name == f or name.startswith(f + ".")
-                                             for f in forbidden)
-
-    for name in [n for n in sys.modules if hit(n)]:
-        sys.modules[name] = _Forbidden(name)
-    sys.meta_path.insert(0, _Blocker(hit))
-    tops = {f.partition(".")[0] for f in forbidden}
-    for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] not in tops or hit(name) or not hasattr(module, "__path__"):
-            continue
-        for attr, value in list(vars(module).items()):
-            origin = value.__name__ if isinstance(value, types.ModuleType) else getattr(
-                value, "__module__", None)
-            if hit(origin) or hit(f"{name}.{attr}"):
-                setattr(module, attr, _Forbidden(f"{name}.{attr}"))
-
-
-class _Forbidden(types.ModuleType):
-    def __getattr__(self, attr: str) -> object:
-        raise ImportError(f"{self.__name__} is forbidden in this lab")
-
-    def __call__(self, *args: object, **kwargs: object) -> object:
-        raise ImportError(f"{self.__name__} is forbidden in this lab")
-
-
-class _Blocker:
-    def __init__(self, hit) -> None:
-        self.hit = hit
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if self.hit(name):
-            raise ImportError(f"{name} is forbidden in this lab")
-        return None
-
-
 def main() -> None:
     global REQUESTS_FD, REPLIES_FD
     config = json.loads(sys.argv[1])
@@ -293,7 +251,3 @@ def main() -> None:
         pass  # the grader closed the channel: done
     sys.stdout.flush()
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()
