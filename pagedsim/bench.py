@@ -17,7 +17,8 @@ import time
 from .bench_mixed import mixed_report
 from .memory.contiguous import ContiguousAllocator
 from .memory.paged import PagedAllocator
-from .memory.prefix_cache import HASH_MEMO_ENTRIES, PrefixCachingAllocator
+from .memory.prefix_cache import PrefixCachingAllocator
+from .workloads.block_hashes import BlockHashes
 from .workloads.workload import Request
 
 
@@ -78,12 +79,11 @@ def bench_prefix_allocate_free(num_ops: int = 100_000, repeats: int = 3,
     127 requests, so a request's own half is evicted long before it comes back: every
     admission hits 8 blocks and takes 8 from the free queue, evicting a cached block for
     each. Hash chains are computed once per request, at its first arrival (a warm-up
-    pass through every request, untimed), and memoized by the allocator, as vLLM hashes a
-    request's blocks when it arrives; the timed pairs reuse them. ``fresh=True``: every
-    timed pair is a new request instead, so its chain is hashed inside the timed loop.
+    pass through every request, untimed), and kept with it (its ``BlockHashes``, as the
+    scheduler keeps them and vLLM hashes a request's blocks when it arrives); the timed
+    pairs reuse them. ``fresh=True``: every timed pair is a new request instead, so its
+    chain is hashed inside the timed loop.
     """
-    if not fresh and num_requests > HASH_MEMO_ENTRIES:
-        raise ValueError(f"num_requests must be <= {HASH_MEMO_ENTRIES} (the hash memo)")
     hits = 0
     times: list[float] = []
 
@@ -91,20 +91,26 @@ def bench_prefix_allocate_free(num_ops: int = 100_000, repeats: int = 3,
         nonlocal hits
         a = PrefixCachingAllocator(1024, 16)
         look, alloc, free = a.lookup_prefix, a.allocate_group, a.free
+        hits = 0
         if fresh:
             stream = _half_cached_prompts(num_ops)
-        else:
-            cycle = _half_cached_prompts(num_requests)
-            for r in cycle + cycle:  # arrival: every chain hashed once (untimed)
-                alloc([r.request_id], 256, 257, content=r)
-                free(r.request_id)
-            stream = [cycle[i % num_requests] for i in range(num_ops)]
-        hits = 0
+            t0 = time.perf_counter()
+            for r in stream:  # each request new: its hashes made and hashed in the loop
+                i, h = r.request_id, BlockHashes(r, 16)
+                hits += look(h, 256, i)
+                alloc([i], 256, 257, content=h)
+                free(i)
+            times.append(time.perf_counter() - t0)
+            return
+        cycle = [BlockHashes(r, 16) for r in _half_cached_prompts(num_requests)]
+        for i, h in enumerate(cycle + cycle):  # arrival: every chain hashed once (untimed)
+            alloc([i % num_requests], 256, 257, content=h)
+            free(i % num_requests)
+        stream = [(i % num_requests, cycle[i % num_requests]) for i in range(num_ops)]
         t0 = time.perf_counter()
-        for r in stream:
-            i = r.request_id
-            hits += look(r, 256, i)
-            alloc([i], 256, 257, content=r)
+        for i, h in stream:
+            hits += look(h, 256, i)
+            alloc([i], 256, 257, content=h)
             free(i)
         times.append(time.perf_counter() - t0)
 
@@ -120,9 +126,8 @@ def prefix_report(num_ops: int) -> str:
     fresh, _ = bench_prefix_allocate_free(num_ops, fresh=True)
     return (f"PrefixCaching lookup+alloc+free {rate:>12,.0f} /s   (16-block prompt, {hit:.0%} "
             "of its tokens cached; target >= 100,000)\n"
-            "    hash chains are computed once per request, at its arrival, and memoized by "
-            "the allocator\n    (as vLLM hashes a request's blocks on arrival); the pairs "
-            "above reuse them\n"
+            "    hash chains are computed once per request, at its arrival, and kept with it\n"
+            "    (as vLLM hashes a request's blocks on arrival); the pairs above reuse them\n"
             f"PrefixCaching, chains hashed in  {fresh:>12,.0f} /s   (every pair a new "
             "request: its 16-block chain hashed inside the timed loop)")
 

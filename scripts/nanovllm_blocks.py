@@ -104,6 +104,7 @@ def run(checkout: Path, num_requests: int, concurrency: int, block_size: int,
     """Blocks in use after every step, per allocator: ``nano-vllm``, ``prefix-cache``
     and ``paged`` (pagedsim's allocator without a prefix cache, for scale)."""
     from pagedsim.memory import PagedAllocator, PrefixCachingAllocator
+    from pagedsim.workloads.block_hashes import BlockHashes
     from pagedsim.workloads.prompts import prompt_tokens
     from pagedsim.workloads.sharing_workloads import sharing_workload
 
@@ -133,10 +134,11 @@ def run(checkout: Path, num_requests: int, concurrency: int, block_size: int,
                 assert cached >= 0, "the pool is sized so that nothing waits"
                 nano.allocate(seq, cached)
                 seq.num_scheduled_tokens = seq.num_tokens - seq.num_cached_tokens
-                ours["prefix-cache"].lookup_prefix(r, r.prompt_len, r.request_id)
+                hashes = BlockHashes(r, block_size)  # once per request, as the scheduler
+                ours["prefix-cache"].lookup_prefix(hashes, r.prompt_len, r.request_id)
                 for alloc in ours.values():
                     assert alloc.allocate_group([r.request_id], r.prompt_len,
-                                                r.prompt_len + r.output_len, content=r)
+                                                r.prompt_len + r.output_len, content=hashes)
                 admitted.append((r.request_id, seq))
             for rid, seq in admitted:  # after the step's model run: its postprocess
                 nano.hash_blocks(seq)

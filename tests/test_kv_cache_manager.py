@@ -1,4 +1,4 @@
-"""The scheduler's seam: ``KVCacheManager``'s eight calls, and a scheduler that uses no other.
+"""The scheduler's seam: ``KVCacheManager``'s nine calls, and a scheduler that uses no other.
 
 The stateful machine (``tests/test_allocator_state.py``, rules in
 :mod:`pagedsim.testing.manager_rules`) drives every registered scheme through the manager;
@@ -18,9 +18,9 @@ from pagedsim.memory.schemes import SCHEMES, make_allocator
 from pagedsim.workloads.workload import Request
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What the manager offers the scheduler: eight calls and one fact.
-MANAGER_MEMBERS = {"get_computed_tokens", "allocate_slots", "fork", "free", "swap_out",
-                   "swap_in", "num_seqs", "facts", "max_model_len"}
+#: What the manager offers the scheduler: nine calls and one fact.
+MANAGER_MEMBERS = {"hashes_of", "get_computed_tokens", "allocate_slots", "fork", "free",
+                   "swap_out", "swap_in", "num_seqs", "facts", "max_model_len"}
 
 
 def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:
@@ -52,7 +52,7 @@ def test_the_scheduler_asks_memory_only_through_the_manager():
         assert not on_alloc, f"{name} calls the allocator directly: {sorted(on_alloc)}"
         used |= on_kv
     assert used <= MANAGER_MEMBERS, sorted(used - MANAGER_MEMBERS)
-    assert len(used) >= 8  # the seam is really used, not bypassed some other way
+    assert len(used) >= 9  # the seam is really used, not bypassed some other way
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
@@ -89,9 +89,19 @@ def test_computed_tokens_come_from_the_prefix_cache():
     alloc = make_allocator("prefix-cache", 256, 16, 128)
     kv = KVCacheManager(alloc)
     req = Request(1, 0.0, 48, 8, prompt_pieces=(7, 8, 9), prompt_piece_tokens=16)
-    assert kv.allocate_slots([1], 48, request=req, final_len=55) is not None
+    hashes = kv.hashes_of(req)
+    assert hashes is not None and hashes.block_size == 16
+    assert kv.allocate_slots([1], 48, hashes=hashes, final_len=55) is not None
     kv.free([1])
-    again = Request(2, 0.0, 48, 8, prompt_pieces=(7, 8, 9), prompt_piece_tokens=16)
+    again = kv.hashes_of(Request(2, 0.0, 48, 8, prompt_pieces=(7, 8, 9),
+                                 prompt_piece_tokens=16))
     assert kv.get_computed_tokens(again, 2, 48) == 32  # the last token is always computed
-    grant = kv.allocate_slots([2], 48, request=again, final_len=55)
+    grant = kv.allocate_slots([2], 48, hashes=again, final_len=55)
     assert grant is not None and grant.computed_tokens == [32]
+    assert kv.get_computed_tokens(None, 3, 48) == 0  # no hashes: nothing is cached
+
+
+def test_schemes_without_a_prefix_cache_hash_nothing():
+    for scheme in ("paged", "contiguous-max"):
+        kv = KVCacheManager(make_allocator(scheme, 1024, 16, 512))
+        assert kv.hashes_of(Request(1, 0.0, 48, 8)) is None

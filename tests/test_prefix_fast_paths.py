@@ -1,5 +1,5 @@
 """The prefix cache's fast paths give exactly what the general code gives: the chained
-hashes of :mod:`pagedsim.memory.prefix_chain` equal :func:`pagedsim.workloads.prompts.
+hashes of :mod:`pagedsim.workloads.block_hashes` equal :func:`pagedsim.workloads.prompts.
 block_hashes`, and the per-sequence usage of :mod:`pagedsim.memory.fast_usage`
 equals :meth:`PagedAllocator.usage`'s walk over every block."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from pagedsim.memory import PagedAllocator, PrefixCachingAllocator
 from pagedsim.memory.fast_usage import usage_by_block_walk, usage_by_last_blocks
-from pagedsim.memory.prefix_chain import extend_chain
+from pagedsim.workloads.block_hashes import extend_chain
 from pagedsim.workloads.prompts import block_hashes
 from pagedsim.workloads.sharing_workloads import sharing_workload
 from pagedsim.workloads.workload import Request

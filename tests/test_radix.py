@@ -503,32 +503,37 @@ def test_lpm_admits_the_longest_cached_prefix_first():
     assert admitted == {"fcfs": [(2, 0)], "lpm": [(3, 2 * BS)]}
 
 
+def _waiting(kv: KVCacheManager, request: Request, seq_id: int, **kw) -> SequenceGroup:
+    """A waiting group as the scheduler makes it: its block hashes made on arrival."""
+    return SequenceGroup(request, [seq_id], block_hashes=kv.hashes_of(request), **kw)
+
+
 def test_lpm_keeps_preempted_requests_first_and_ties_in_arrival_order():
-    a = _cached_pool(req(1, (10, 11, 12, 13)))
-    groups = [SequenceGroup(req(2, (20, 21)), [1]), SequenceGroup(req(3, (10, 30)), [2]),
-              SequenceGroup(req(4, (10, 11, 31)), [3]), SequenceGroup(req(5, (10, 32)), [4]),
-              SequenceGroup(req(6, (40, 41)), [5], num_preemptions=1)]
+    kv = KVCacheManager(_cached_pool(req(1, (10, 11, 12, 13))))
+    groups = [_waiting(kv, req(2, (20, 21)), 1), _waiting(kv, req(3, (10, 30)), 2),
+              _waiting(kv, req(4, (10, 11, 31)), 3), _waiting(kv, req(5, (10, 32)), 4),
+              _waiting(kv, req(6, (40, 41)), 5, num_preemptions=1)]
     waiting = deque(groups)
-    order_waiting(waiting, KVCacheManager(a), "lpm")
+    order_waiting(waiting, kv, "lpm")
     assert [g.request.request_id for g in waiting] == [6, 4, 3, 5, 2]
-    order_waiting(waiting, KVCacheManager(a), "fcfs")  # fcfs leaves the queue alone
+    order_waiting(waiting, kv, "fcfs")  # fcfs leaves the queue alone
     assert [g.request.request_id for g in waiting] == [6, 4, 3, 5, 2]
     with pytest.raises(ValueError, match="lpm"):
         SchedulerConfig(order="longest")
 
 
 def test_lpm_serves_fcfs_when_more_than_128_wait():
-    a = _cached_pool(req(1, (10, 11, 12, 13)))
-    groups = [SequenceGroup(req(2 + i, (100 + i, 200 + i)), [1 + i])
+    kv = KVCacheManager(_cached_pool(req(1, (10, 11, 12, 13))))
+    groups = [_waiting(kv, req(2 + i, (100 + i, 200 + i)), 1 + i)
               for i in range(LPM_MAX_WAITING - 1)]
-    hit = SequenceGroup(req(1000, (10, 11, 12, 14)), [999])  # arrives last, hits 3 blocks
+    hit = _waiting(kv, req(1000, (10, 11, 12, 14)), 999)  # arrives last, hits 3 blocks
     waiting = deque([*groups, hit])
     assert len(waiting) == LPM_MAX_WAITING == 128
-    order_waiting(waiting, KVCacheManager(a), "lpm")
+    order_waiting(waiting, kv, "lpm")
     assert waiting[0] is hit  # 128 waiting: sorted
-    waiting.append(SequenceGroup(req(2000, (300, 301)), [2000]))
+    waiting.append(_waiting(kv, req(2000, (300, 301)), 2000))
     # 129 waiting: FCFS again, the earlier sort undone
-    order_waiting(waiting, KVCacheManager(a), "lpm")
+    order_waiting(waiting, kv, "lpm")
     assert waiting[0] is groups[0] and waiting[-2] is hit
     assert [g.request.request_id for g in waiting] == sorted(
         g.request.request_id for g in waiting)

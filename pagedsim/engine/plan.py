@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..memory.base import KVCopy, SeqId, SwappedGroup
+from ..workloads.block_hashes import BlockHashes
 from ..workloads.workload import Request
 
 
@@ -45,7 +46,15 @@ class SequenceGroup:
     seq_ids: list[SeqId]
     num_output: int = 0  # tokens sampled so far (the request's output length when done)
     status: str = "waiting"  # waiting | running | swapped | finished | rejected
-    prefill_left: int = 0  # chunked prefill: tokens still to prefill (0: decoding)
+    #: Tokens of its first sequence whose K/V is in the cache (computed, or served by the
+    #: prefix cache); it runs ``prefill_end_tokens`` minus this next (a chunked prefill),
+    #: then one token a step.
+    num_computed_tokens: int = 0
+    #: Where its current prefill ends: the prompt, plus the generated tokens being
+    #: recomputed after a preemption (tokens).
+    prefill_end_tokens: int = 0
+    #: Its block hashes, made once when it arrives, for schemes with a prefix cache.
+    block_hashes: BlockHashes | None = field(default=None, repr=False)
     swapped: SwappedGroup | None = None
     pending_frees: list[SeqId] = field(default_factory=list)  # applied at the next step
     pending_forks: list[tuple[SeqId, SeqId]] = field(default_factory=list)
@@ -55,6 +64,11 @@ class SequenceGroup:
     num_preemptions: int = 0
     reject_reason: str | None = None  # why the request can never run (status "rejected")
     cached_prompt_tokens: int | None = None  # prompt tokens a prefix cache served, first time
+
+    @property
+    def prefill_left(self) -> int:
+        """Tokens still to prefill (a chunked prefill's next chunks); 0: decoding."""
+        return max(self.prefill_end_tokens - self.num_computed_tokens, 0)
 
     @property
     def width(self) -> int:

@@ -76,7 +76,7 @@ class Scheduler:
     """FCFS continuous batching over ``allocator``; one :meth:`schedule` call per step.
 
     It asks memory only through :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`
-    (``self.kv``), the eight calls of vLLM v1's shape; ``self.allocator`` is kept for
+    (``self.kv``), the nine calls of vLLM v1's shape; ``self.allocator`` is kept for
     whoever drives the same allocator's data (the kernels' caches, pictures, tests).
     """
 
@@ -114,6 +114,7 @@ class Scheduler:
             raise ValueError(f"request id {request.request_id} added twice")
         group = SequenceGroup(request, [self._new_seq_id()])
         self.groups[request.request_id] = group
+        group.block_hashes = self.kv.hashes_of(request)  # hashed lazily, once
         limit = self.max_model_len
         if limit is not None and request.prompt_len + request.output_len > limit:
             self._too_long.append(group)  # never queued: no allocator is asked about it
@@ -264,10 +265,8 @@ class Scheduler:
                        plan: StepPlan) -> None:
         seq_id = group.seq_ids[0]
         plan.cow_copies.extend(grant.copies)
-        # The prefill covers the prompt and any generated tokens being recomputed;
-        # ``prefill_left`` of them are still to come, this chunk's included.
-        start = group.request.prompt_len + group.num_output - group.prefill_left
-        group.prefill_left -= num_tokens
+        start = group.num_computed_tokens  # the chunk attends to what is cached already
+        group.num_computed_tokens += num_tokens
         plan.prefills.append(PrefillItem(group.request.request_id, seq_id, num_tokens,
                                          group.num_output > 0, start, not group.prefill_left))
         plan.num_prefill_tokens += num_tokens
@@ -279,6 +278,7 @@ class Scheduler:
         plan.cow_copies.extend(grant.copies)
         plan.decode_seq_ids.extend(group.seq_ids)
         plan.decode_slots.extend(grant.slots)
+        group.num_computed_tokens += 1
         rid = group.request.request_id
         plan.decode_request_ids.append(rid)
         plan.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len + group.num_output)
@@ -322,6 +322,7 @@ class Scheduler:
 
     def _finish(self, group: SequenceGroup, plan: StepPlan) -> None:
         group.status = "finished"
+        group.block_hashes = None  # its blocks keep what names them; the run keeps the group
         self._to_free.extend(group.seq_ids)
         # Samples never forked (a one-token output) give back any room held for them
         # (released only where the scheme held some).
@@ -351,7 +352,7 @@ class Scheduler:
         else:  # recompute (also when the CPU pool is full)
             plan.frees.extend(self.kv.free(group.seq_ids))
             group.status = "waiting"
-            group.prefill_left = 0  # a recomputation starts its prefill over
+            group.num_computed_tokens = 0  # a recomputation starts its prefill over
             if len(group.seq_ids) > 1:  # restart: prefill once and fork again (sharing back)
                 group.seq_ids = [self._new_seq_id()]
                 group.num_output = 0
@@ -395,7 +396,7 @@ class Scheduler:
                 continue
             can_chunk = chunked and width == 1
             # A prefix cache serves the first ``hit`` tokens: only the rest is computed.
-            hit = self.kv.get_computed_tokens(group.request, group.seq_ids[0], num_tokens)
+            hit = self.kv.get_computed_tokens(group.block_hashes, group.seq_ids[0], num_tokens)
             prefill_tokens = (num_tokens - hit) * (len(group.seq_ids) if recompute else 1)
             if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
                 self._reject(self.waiting.popleft(), plan,
@@ -432,7 +433,8 @@ class Scheduler:
                     continue
             self.waiting.popleft()
             group.status = "running"
-            group.prefill_left = num_tokens - chunk
+            group.prefill_end_tokens = num_tokens
+            group.num_computed_tokens = chunk
             if group.first_scheduled_s is None:
                 group.first_scheduled_s = now_s
             done = 0
@@ -466,11 +468,11 @@ class Scheduler:
         watermark = self.config.watermark if watermark is None else watermark
         allocate = self.kv.allocate_slots
         if recompute:
-            return allocate(group.seq_ids, num_tokens, request=group.request,
+            return allocate(group.seq_ids, num_tokens, hashes=group.block_hashes,
                             final_len=group.kv_final_len, watermark=watermark)
         # The children's ids are only taken when the admission succeeds.
         children = [self._next_seq + 1 + i for i in range(group.width - 1)]
-        grant = allocate(group.seq_ids[:1], num_tokens, request=group.request,
+        grant = allocate(group.seq_ids[:1], num_tokens, hashes=group.block_hashes,
                          final_len=group.kv_final_len, fork_ids=children, watermark=watermark)
         if grant is not None:
             self._next_seq += len(children)
@@ -485,6 +487,7 @@ class Scheduler:
         owned = self.kv.free([*group.seq_ids, *self._children.pop(rid, [])], only_held=True)
         plan.frees.extend(owned)
         group.status = "rejected"
+        group.block_hashes = None
         group.reject_reason = reason
         group.pending_forks, group.pending_frees = [], []
         plan.rejected.append(rid)

@@ -50,7 +50,7 @@ def order_waiting(waiting: deque[SequenceGroup], kv: KVCacheManager, order: str)
         def longest_first(g: SequenceGroup) -> tuple[int, int]:
             if g.num_preemptions:
                 return 0, 0  # preempted: first, in FCFS order
-            hit = lookup(g.request, g.seq_ids[0], g.request.prompt_len + g.num_output)
+            hit = lookup(g.block_hashes, g.seq_ids[0], g.request.prompt_len + g.num_output)
             return 1, -hit
 
         groups.sort(key=longest_first)  # stable: ties stay in FCFS order

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # the workload module does not import allocators
+    from ..workloads.block_hashes import BlockHashes
     from ..workloads.workload import Request
 
 SeqId = Hashable
@@ -92,7 +93,7 @@ class SlotUsage:
 @runtime_checkable
 class Allocator(Protocol):
     """What every scheme implements: everything the scheduler (through
-    :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`, its eight calls), the
+    :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`, its nine calls), the
     accounting and the KV caches call.
 
     Every scheme-specific decision sits behind it (how many blocks or pages a prompt
@@ -108,6 +109,10 @@ class Allocator(Protocol):
     #: Slots the attention kernel reads per block-table lookup; None when it reads each
     #: request's K/V contiguously (the cost model charges block lookups, see pagedsim.engine.cost).
     kernel_block_slots: int | None
+    #: The block size whose chained hashes name cached content
+    #: (:class:`~pagedsim.workloads.block_hashes.BlockHashes`), or None: no prefix cache,
+    #: so nobody need hash a request's blocks.
+    prefix_block_size: int | None
     #: Called as ``on_release(start_slot, num_slots)`` for memory going back to the free
     #: pool, so a real cache can scrub it.
     on_release: Callable[[int, int], None] | None
@@ -119,17 +124,20 @@ class Allocator(Protocol):
     # ------------------------- what KVCacheManager calls for the scheduler
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0, content: Request | None = None) -> bool:
+                       watermark: float = 0.0,
+                       content: BlockHashes | Request | None = None) -> bool:
         """Admit a request: every id in ``seq_ids`` gets room for ``num_tokens`` tokens,
         and room is held for the ids in ``fork_ids`` that will be forked from
         ``seq_ids[0]`` later (schemes that share a fork need none). ``watermark`` is the
         fraction of the pool the scheme keeps free at admission, where it applies one.
-        ``content``: the request whose tokens these are; a prefix cache serves the longest
-        cached prefix of each sequence from it (see :meth:`prefix_hit_tokens`) and keys the
-        new full blocks on it; other schemes ignore it.
+        ``content``: the request's block hashes (or the request, hashed then); a prefix
+        cache serves the longest cached prefix of each sequence from it (see
+        :meth:`prefix_hit_tokens`) and names the new full blocks by them; other schemes
+        ignore it.
         All or nothing: returns False and changes nothing when it does not fit."""
 
-    def lookup_prefix(self, content: Request, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup_prefix(self, content: BlockHashes | Request, num_tokens: int,
+                      seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``content`` that the
         prefix cache holds now (whole blocks, at most ``num_tokens - 1``: the last token is
         always computed). Changes nothing. 0 for schemes without a prefix cache."""

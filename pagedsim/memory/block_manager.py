@@ -28,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import OutOfMemoryError
+from ..workloads.block_hashes import branch_of, hashes_for
 from . import block_queries, block_swap, block_view
 from .base import AppendResult, KVCopy, SeqId
 from .block_seq import Seq
-from .prefix_chain import branch_of
 
 
 class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
@@ -55,6 +55,9 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         self.cache = cache
         self._swap_token = object()  # marks the groups this manager swapped out
         self._swapped_ids: set[SeqId] = set()  # ids of those groups: not to be reused
+        #: Blocks whose chained hashes name cached content (the prefix cache's block
+        #: size), or None: nothing is cached, so nobody need hash anything.
+        self.prefix_block_size: int | None = None if cache is None else self.block_size
         #: The model's context in tokens, when the registry says it (the scheduler rejects
         #: longer requests); blocks themselves set no limit. vAttention's regions do.
         self.max_model_len: int | None = None if regions is None else regions.max_model_len
@@ -65,8 +68,9 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
                        watermark: float = 0.0, content: object = None) -> bool:
         """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), keeping
         ``watermark`` of the blocks free (cached ones count as free); with a prefix cache
-        and ``content``, each sequence's cached prefix comes from the cache. False, and
-        nothing changed, when they do not fit."""
+        and ``content`` (the request's :class:`BlockHashes`; a request itself is hashed
+        now), each sequence's cached prefix comes from the cache. False, and nothing
+        changed, when they do not fit."""
         regions = self.regions
         if (len(seq_ids) != 1 or fork_ids or regions is not None
                 or not self._is_fresh(seq_ids[0])):
@@ -74,8 +78,8 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         if (type(num_tokens) is not int or num_tokens < 0 or final_len is not None
                 and (type(final_len) is not int or final_len < num_tokens)):
             num_tokens = self._check_lengths(num_tokens, final_len)  # raises or converts
-        if content is not None and not hasattr(content, "request_id"):
-            raise ValueError(f"content must be the request the tokens are of, got {content!r}")
+        if content is not None:  # a request is hashed now; anything else is refused
+            content = hashes_for(content, self.prefix_block_size)
         if regions is not None and not regions.admits(self, seq_ids, fork_ids, num_tokens):
             return False
         bs, cache = self.block_size, self.cache

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
 from ..validate import check_int
+from ..workloads.block_hashes import hashes_for
 from .base import SeqId
 
 
@@ -142,11 +143,13 @@ class Queries:
     def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``content`` that the
         cache holds now (whole blocks, at most ``num_tokens - 1``: the last token is always
-        computed). Changes nothing but the hash memo; 0 without a prefix cache."""
+        computed). ``content``: the request's :class:`BlockHashes` (a request itself is
+        hashed now). Changes nothing; 0 without a prefix cache."""
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
         if self.cache is None or content is None:
             return 0
+        content = hashes_for(content, self.block_size)
         return self.cache.lookup(self, content, num_tokens, seq_id)
 
     # ---------------------------------------------------------------- room

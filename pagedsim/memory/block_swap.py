@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import OutOfMemoryError
+from ..workloads.block_hashes import branch_of
 from .base import KVCopy, SeqId, SwappedGroup
 from .block_seq import Seq
-from .prefix_chain import branch_of
 
 
 class Swapping:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..errors import OutOfMemoryError
 from ..validate import check_choice, check_int
+from ..workloads.block_hashes import is_request
 from .base import AppendResult, KVCopy, SeqId
 from .contiguous_swap import ContiguousSwapping
 from .contiguous_view import ContiguousView
@@ -75,6 +76,7 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
             self._arena = Arena(self.capacity_slots, best_fit=self.placement == "best-fit")
         self._regions: dict[SeqId, Region] = {}
         self.kernel_block_slots: int | None = None  # a region is read contiguously
+        self.prefix_block_size: int | None = None  # no prefix cache: nothing is hashed
         # Children whose regions are held (empty) from their request's admission, so that
         # forking them later cannot fail; ``fork`` fills them.
         self._held: set[SeqId] = set()
@@ -208,7 +210,7 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
         False (nothing changed) when they do not fit. ``watermark`` does not apply: the
         paper's Orca baselines keep none."""
         self._check_new([*seq_ids, *fork_ids])
-        if content is not None and not hasattr(content, "request_id"):
+        if content is not None and not is_request(content):
             raise ValueError(f"content must be the request the tokens are of, got {content!r}")
         taken: list[SeqId] = []
         try:

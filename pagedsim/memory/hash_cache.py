@@ -7,9 +7,9 @@ with and which content its blocks hold:
 
 * **Lookup** (:meth:`HashCache.lookup`): the longest prefix of the prompt's chain the map
   holds, whole blocks only and at most ``num_tokens - 1`` tokens (the last prompt token is
-  always computed, to sample the first output token). A request's chain is hashed once and
-  memoized (:class:`~.prefix_chain.ChainMemo`), as vLLM hashes a request's blocks when it
-  arrives.
+  always computed, to sample the first output token). A request's chain comes with it
+  (:class:`~pagedsim.workloads.block_hashes.BlockHashes`, hashed once, as vLLM hashes a
+  request's blocks when it arrives).
 * **Admission** (:meth:`plan`, then :meth:`admit`): all or nothing. The plan counts the
   hits, the new blocks, and the hit blocks that must leave the free queue before anything
   changes; the sequences of one admission (a recomputed group) share the full blocks
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..workloads.block_hashes import BlockHashes, branch_of
 from .base import SeqId
 from .block_pool import BlockPool
 from .block_seq import Seq
-from .prefix_chain import ChainMemo, branch_of
 
 
 class HashCache:
@@ -37,9 +37,8 @@ class HashCache:
     def __init__(self, pool: BlockPool) -> None:
         self.pool = pool
         self.block_size = pool.block_size
-        self.chains = ChainMemo(pool.block_size)
 
-    def lookup(self, mgr, content: object, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup(self, mgr, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the cache holds now."""
         bs, pool = self.block_size, self.pool
         most = max(num_tokens - 1, 0) // bs
@@ -47,20 +46,20 @@ class HashCache:
             return 0
         # The whole chain the admission will want, so that it is hashed once.
         k, cached = 0, pool.cached  # the pool's map, read directly: the hot path
-        for h in self.chains.chain(content, branch_of(seq_id), num_tokens // bs)[:most]:
+        for h in content.chain(branch_of(seq_id), num_tokens // bs)[:most]:
             if h not in cached:
                 break
             k += 1
         return k * bs
 
-    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: object):
+    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
         """Per sequence (its hit blocks, its hit count with siblings', its chain), and the
-        blocks that would leave the free queue; changes nothing but the hash memo."""
+        blocks that would leave the free queue; changes nothing (but hashes ``content``)."""
         bs, get, ref = self.block_size, self.pool.cached.get, mgr._ref
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
         plans, from_queue, touched, earlier = [], 0, set(), set()
         for seq_id in seq_ids:
-            chain = self.chains.chain(content, branch_of(seq_id), num_tokens // bs)
+            chain = content.chain(branch_of(seq_id), num_tokens // bs)
             hit = []
             for h in chain[:most]:
                 b = get(h)
@@ -83,7 +82,7 @@ class HashCache:
         return plans, from_queue
 
     def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
-              content: object, plans) -> None:
+              content: BlockHashes, plans) -> None:
         """Carry out a plan that fits: hits first, then siblings' blocks, then new ones,
         and name every full block a sequence fills."""
         bs, pool = self.block_size, self.pool
@@ -128,7 +127,7 @@ class HashCache:
         and the cached copy is used instead; returns the block the table now holds."""
         pool = self.pool
         if h is None:
-            h = self.chains.next_hash(seq.content, seq.branch, seq.hashes)
+            h = seq.content.next_hash(seq.branch, seq.hashes)
         seq.hashes.append(h)
         b = seq.table[index]
         if pool.hashes[b] is not None:  # a hit, or shared with a sibling: named already

@@ -1,12 +1,15 @@
-"""What the scheduler asks of memory: eight calls, in vLLM v1's shape.
+"""What the scheduler asks of memory: nine calls, in vLLM v1's shape.
 
 vLLM v1's scheduler talks to one ``KVCacheManager``: ``get_computed_blocks(request)``
 (the cached prefix), ``allocate_slots(request, num_new_tokens)`` (blocks for the next
 tokens, or None when they do not fit: admission, prefill chunks and decodes alike) and
-``free(request)``. :class:`KVCacheManager` is that seam here, over any scheme's
+``free(request)``, and a request carries its ``block_hashes``, computed once.
+:class:`KVCacheManager` is that seam here, over any scheme's
 :class:`~pagedsim.memory.base.Allocator`:
 
 ==========================  ====================================================
+``hashes_of``               a new request's block hashes, made once (None: this
+                            scheme caches nothing, so nothing is hashed)
 ``get_computed_tokens``     tokens of a new sequence the prefix cache holds now
 ``allocate_slots``          room for the next tokens of a group -> :class:`Grant`,
                             or None (and nothing changed) when it does not fit
@@ -30,9 +33,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..workloads.block_hashes import BlockHashes
 from .base import Allocator, KVCopy, SeqId, SwappedGroup
 
-if TYPE_CHECKING:  # the workload module does not import memory
+if TYPE_CHECKING:
     from ..workloads.workload import Request
 
 
@@ -69,14 +73,23 @@ class KVCacheManager:
         self._append = allocator.append_slot  # the decode hot path: one lookup
         self._holds = allocator.__contains__
 
-    def get_computed_tokens(self, request: Request, seq_id: SeqId, num_tokens: int) -> int:
-        """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``request`` whose
-        K/V the prefix cache holds now (whole blocks, at most ``num_tokens - 1``). Changes
-        nothing; 0 without a prefix cache."""
-        return self.allocator.lookup_prefix(request, num_tokens, seq_id)
+    def hashes_of(self, request: Request) -> BlockHashes | None:
+        """The block hashes of a new request, to keep with it (hashed lazily, once); None
+        when the scheme has no prefix cache."""
+        block_size = self.allocator.prefix_block_size
+        return None if block_size is None else BlockHashes(request, block_size)
+
+    def get_computed_tokens(self, hashes: BlockHashes | None, seq_id: SeqId,
+                            num_tokens: int) -> int:
+        """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of the request whose
+        ``hashes`` these are, whose K/V the prefix cache holds now (whole blocks, at most
+        ``num_tokens - 1``). Changes nothing; 0 without a prefix cache."""
+        if hashes is None:
+            return 0
+        return self.allocator.lookup_prefix(hashes, num_tokens, seq_id)
 
     def allocate_slots(self, seq_ids: Sequence[SeqId], num_new_tokens: int, *,
-                       request: Request | None = None, final_len: int | None = None,
+                       hashes: BlockHashes | None = None, final_len: int | None = None,
                        fork_ids: Sequence[SeqId] = (), watermark: float = 0.0
                        ) -> Grant | None:
         """Room for ``num_new_tokens`` more tokens of each of ``seq_ids``, or None (and
@@ -84,7 +97,8 @@ class KVCacheManager:
 
         * Sequences that own no memory yet are *admitted*: each gets its first
           ``num_new_tokens`` tokens (cached prefix included: the cache serves what it
-          holds of ``request`` and says how much in ``computed_tokens``); ``final_len`` is
+          holds of the request whose ``hashes`` these are, and says how much in
+          ``computed_tokens``); ``final_len`` is
           their final length (tokens) and ``fork_ids`` the children they will fork, for
           schemes that hold room for them; ``watermark`` is the fraction of the pool the
           scheme keeps free at admission, where it applies one.
@@ -94,7 +108,7 @@ class KVCacheManager:
         alloc = self.allocator
         if not self._holds(seq_ids[0]):
             if not alloc.allocate_group(seq_ids, num_new_tokens, final_len, fork_ids,
-                                        watermark, content=request):
+                                        watermark, content=hashes):
                 return None
             return Grant([], [], [alloc.prefix_hit_tokens(s) for s in seq_ids])
         if num_new_tokens == 1:

@@ -15,8 +15,8 @@ that keeps freed blocks' content (:mod:`pagedsim.memory.block_pool`, as
 * Lookup (:meth:`~PrefixCachingAllocator.lookup_prefix`) walks the prompt's hash chain
   while the map has it: whole blocks only, and at most ``num_tokens - 1`` tokens, since
   the last prompt token must be computed to sample the first output token. A request's
-  chain is hashed once and memoized (:class:`~pagedsim.memory.prefix_chain.ChainMemo`),
-  as vLLM hashes a request's blocks on arrival.
+  chain comes with it, hashed once (:class:`~pagedsim.workloads.block_hashes.BlockHashes`,
+  as vLLM hashes a request's blocks on arrival); a request given directly is hashed then.
 * Admission (:meth:`~PrefixCachingAllocator.allocate_group`) is all or nothing: it counts
   the hits, the new blocks, and the hit blocks that must leave the free queue, before
   touching anything.
@@ -34,9 +34,8 @@ from __future__ import annotations
 from .block_manager import BlockManager
 from .block_pool import BlockPool
 from .hash_cache import HashCache
-from .prefix_chain import HASH_MEMO_ENTRIES, branch_of
 
-__all__ = ["HASH_MEMO_ENTRIES", "PrefixCachingAllocator", "branch_of"]
+__all__ = ["PrefixCachingAllocator"]
 
 
 class PrefixCachingAllocator(BlockManager):

@@ -2,14 +2,15 @@
 radix tree of token content, lock counts on running paths.
 
 A page is keyed by the chained hash of its tokens and all before it (the same names
-``prefix-cache`` gives its blocks, from one memo, :class:`~.prefix_chain.ChainMemo`), in a
-radix tree of pages (:class:`~.radix_tree.RadixTree`, page size = block size), as
+``prefix-cache`` gives its blocks, from the request's
+:class:`~pagedsim.workloads.block_hashes.BlockHashes`), in a radix tree of pages
+(:class:`~.radix_tree.RadixTree`, page size = block size), as
 ``python/sglang/srt/mem_cache/radix_cache.py`` keeps them; matching walks from the root,
-so a chained key matches exactly where the page's own content would. A sequence holds the pages of
-its *locked path* (root to the deepest node of its cached prefix; ``lock_ref`` + 1 on
-each node of it) and no other tree page, so a tree page's reference count equals its
-node's ``lock_ref``, and the unlocked pages are exactly the cached ones (the pool's,
-:mod:`~.radix_pool`). SGLang's names in brackets:
+so a chained key matches exactly where the page's own content would. A sequence holds
+the pages of its *locked path* (root to the deepest node of its cached prefix;
+``lock_ref`` + 1 on each node of it) and no other tree page, so a tree page's reference
+count equals its node's ``lock_ref``, and the unlocked pages are exactly the cached ones
+(the pool's, :mod:`~.radix_pool`). SGLang's names in brackets:
 
 1. Admission (:meth:`RadixCache.plan`, :meth:`RadixCache.admit`) [``match_prefix``,
    ``inc_lock_ref``]: the longest cached prefix, whole pages only and at most
@@ -41,9 +42,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from ..workloads.block_hashes import BlockHashes, branch_of
 from .base import SeqId
 from .block_seq import Seq
-from .prefix_chain import ChainMemo, branch_of
 from .radix_pool import RadixPool
 from .radix_tree import Node
 
@@ -56,19 +57,18 @@ class RadixCache:
         self.tree = pool.tree
         self.block_size = pool.block_size
         self.clock = 0  # logical time of last use (one tick per admission or free)
-        self.chains = ChainMemo(pool.block_size)  # a request's page keys, computed once
 
-    def lookup(self, mgr, content: object, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup(self, mgr, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the tree holds now."""
         most = max(num_tokens - 1, 0) // self.block_size
         if not most or not self.tree.root.children:
             return 0
         # The whole chain the admission will want, so that it is hashed once.
-        keys = self.chains.chain(content, branch_of(seq_id), num_tokens // self.block_size)
+        keys = content.chain(branch_of(seq_id), num_tokens // self.block_size)
         return self.tree.match(keys, most)[3] * self.block_size
 
     # ------------------------------------------------------------- admission
-    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: object):
+    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
         """Per sequence (branch, keys, tree hit m, hit with siblings' k), and the blocks
         the admission takes from the free list or the evictable pages; no change."""
         bs, tree = self.block_size, self.tree
@@ -78,7 +78,7 @@ class RadixCache:
         need = 0
         for seq_id in seq_ids:
             branch = branch_of(seq_id)
-            keys = self.chains.chain(content, branch, full)
+            keys = content.chain(branch, full)
             node, child, c, m = tree.match(keys, most)
             if child is not None and not child.lock_ref:
                 to_lock[child] = max(to_lock.get(child, 0), c)
@@ -97,7 +97,7 @@ class RadixCache:
         return plans, need + sum(to_lock.values())
 
     def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
-              content: object, plans) -> None:
+              content: BlockHashes, plans) -> None:
         """Carry out a plan that fits (see the module docstring, step 1)."""
         bs, tree, pool = self.block_size, self.tree, self.pool
         n, full = -(-num_tokens // bs), num_tokens // bs
@@ -143,7 +143,7 @@ class RadixCache:
         """Block ``index`` of ``seq`` is full: its key joins the sequence's (the page
         joins the tree when the sequence is freed)."""
         seq.hashes.append(h if h is not None
-                          else self.chains.next_hash(seq.content, seq.branch, seq.hashes))
+                          else seq.content.next_hash(seq.branch, seq.hashes))
         return seq.table[index]
 
     def forked(self, mgr, parent: Seq, child: Seq) -> None:
