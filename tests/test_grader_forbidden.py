@@ -20,13 +20,14 @@ import queue
 import shutil
 import subprocess
 import sys
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from forbidden_routes import FILE_ROUTES, LABS, MEMORY_ROUTES
 
-from pagedsim.labs import get_lab, grade
+from pagedsim.labs import build_autograder, get_lab, grade
 from pagedsim.labs.prefork import Prefork
 from pagedsim.labs.release import release_lab
 
@@ -178,6 +179,28 @@ def test_a_scrub_alone_let_the_cheats_score(lab_id: int, graded: dict) -> None:
     result = _result(graded, (lab_id, "scrubbed"))
     assert result.score > 0, result.table() + result.output[-2000:]
     assert "found" in result.output
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_cheats_score_zero_through_run_autograder(starters: dict, tmp_path: Path) -> None:
+    """Lab 3's cheat with every route, graded by the autograder's script (as Gradescope
+    runs it, with $AUTOGRADER_ROOT at a temporary folder): 0 points, no route found it."""
+    cheat = LABS[3]
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(build_autograder(3, tmp_path / "ag.zip", labs_dir=LAB_DIR)) as zf:
+        zf.extractall(root / "source")
+    name, text = _cheat_file(3, starters, cheat.every_route())
+    (root / "submission").mkdir(parents=True)
+    (root / "submission" / name).write_text(text, encoding="utf-8")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0, results["output"]
+    assert all(t["score"] == 0 for t in results["tests"]), results["tests"]
+    assert all(f"cheat route {r}: nothing" in results["output"] for r in cheat.routes), \
+        results["output"]
 
 
 def test_every_lab_that_forbids_a_module_has_cheats() -> None:
