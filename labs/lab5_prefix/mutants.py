@@ -16,6 +16,12 @@ MUTANTS = [
                 "        if not blocks:\n            del self.cached[h]\n"),
            new="",
            caught_by=("lab5_2",)),
+    # A block taken out of the free queue by rebuilding the queue without it: right, and a
+    # scan of the whole queue per hit (O(n) where O(1) is asked).
+    Mutant(name="free-queue-remove-rebuilds", file="prefix_lab.py",
+           old="        del self._queue[block]\n",
+           new="        self._queue = OrderedDict((b, None) for b in self._queue if b != block)\n",
+           caught_by=("lab5_2",)),
     # A prompt made of cached blocks only hits all of them: nothing is left to compute
     # the last token's logits from.
     Mutant(name="lookup-without-last-token-rule", file="prefix_lab.py",

@@ -1,16 +1,31 @@
-"""Counting comparisons: a machine-independent check that a queue operation is O(1).
+"""Checks that a queue operation is O(1): a comparison count that says why a queue is
+slow, and the CPU time the operating system counts, which the student's code cannot forge.
 
 A wall-clock limit passes a slow solution on a fast machine and fails a fast one on a
-loaded machine. Lab 5's graders instead fill the student's free queue with
+loaded machine. Lab 5's graders first fill the student's free queue with
 :class:`CountedBlock` ids (ints that count every ``==``, ``<``... they take part in) and
 read :func:`comparisons` before and after: a dict-backed queue removes a block with one
-comparison at most, a list scans up to every block before it.
+comparison at most, a list scans up to every block before it. That count says *why* a
+queue is slow, but when graded the blocks live in the student's process
+(:mod:`pagedsim.labs.remote`) and so does the count: a submission can reset it, or give
+the blocks' comparisons back to ``int``.
 
-When graded, the blocks live in the student's process (:mod:`pagedsim.labs.remote`); the
-count is read from there.
+So the graders then check what the operating system counts: :func:`cpu_seconds`, the CPU
+time of the student's process, read from ``/proc`` by the graders' own process. Removing
+the last blocks of a long queue (and appending them again) must cost that process far
+less than the list scans such removals would take, which :func:`list_scan_seconds`
+measures here, in the graders' process, on the same machine (so the bound follows the
+machine's speed). Neither number passes through the student's code.
 """
 
 from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .remote import Worker
 
 #: Comparisons made by :class:`CountedBlock` in this process so far.
 _COUNT = [0]
@@ -52,8 +67,44 @@ class CountedBlock(int):
 
 
 def comparisons() -> int:
-    """Comparisons counted so far, in the student's process when one runs their code."""
+    """Comparisons counted so far, in the student's process when one runs their code (an
+    answer of that process: see the module docstring)."""
+    worker = _worker()
+    return int(worker.request("count")) if worker is not None else _COUNT[0]
+
+
+def cpu_seconds() -> float | None:
+    """CPU seconds used so far by the process that runs the student's code, its threads
+    and its waited-for children included, as Linux counts them (``/proc/<pid>/stat``, in
+    clock ticks of 10 ms); this process's own when the student's code runs here. None
+    where it cannot be read (not Linux, or no worker started yet)."""
+    worker = _worker()
+    if worker is None:
+        return time.process_time()
+    pid = worker.pid
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # utime, stime, cutime, cstime (the name, in parentheses, may hold spaces).
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def list_scan_seconds(num_blocks: int, scans: int) -> float:
+    """CPU seconds this process takes for ``scans`` scans of a list of ``num_blocks`` ints
+    to its last one (one comparison per element): what as many removals from the end of a
+    list-backed queue of that length cost."""
+    blocks = list(range(num_blocks))
+    probe = int(str(num_blocks - 1))  # not the list's own object: each element compared
+    start = time.process_time()
+    for _ in range(scans):
+        blocks.index(probe)
+    return time.process_time() - start
+
+
+def _worker() -> Worker | None:
+    """The worker that runs the student's code in this grading run, if any."""
     from . import plugin
 
-    worker = plugin._state.get("worker")
-    return int(worker.request("count")) if worker is not None else _COUNT[0]
+    return plugin._state.get("worker")

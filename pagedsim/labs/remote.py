@@ -92,6 +92,11 @@ class Worker:
             if room > 0:
                 self.output += chunk[:room]
 
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None while none runs)."""
+        return self._proc.pid if self._proc is not None else None
+
     def close(self) -> None:
         """End the worker and everything it started."""
         if self._proc is None:
