@@ -27,10 +27,14 @@ preempted by recomputation); their K/V is garbage from now on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..memory.base import KVCopy, SeqId, SwappedGroup
 from ..workloads.block_hashes import BlockHashes
 from ..workloads.workload import Request
+
+if TYPE_CHECKING:
+    from ..memory.kv_cache_manager import Grant
 
 
 @dataclass(slots=True, eq=False)
@@ -131,3 +135,46 @@ class StepPlan:
     @property
     def is_empty(self) -> bool:
         return not (self.prefills or self.decode_seq_ids)
+
+    # -------------------------------------------- what the scheduler records
+    def add_decode(self, group: SequenceGroup, grant: Grant) -> None:
+        """Every sequence of ``group`` writes one token's K/V into ``grant.slots`` and
+        attends over its sequence."""
+        self.cow_copies.extend(grant.copies)
+        self.decode_seq_ids.extend(group.seq_ids)
+        self.decode_slots.extend(grant.slots)
+        self.decode_request_ids.append(group.request.request_id)
+        self.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len
+                                                     + group.num_output)
+        self.num_batched_requests += 1
+
+    def add_chunk(self, group: SequenceGroup, start: int, num_tokens: int,
+                  grant: Grant) -> None:
+        """The next ``num_tokens`` tokens of ``group``'s chunked prefill, after the
+        ``start`` tokens already cached (which it attends to)."""
+        self.cow_copies.extend(grant.copies)
+        self.prefills.append(PrefillItem(group.request.request_id, group.seq_ids[0],
+                                         num_tokens, group.num_output > 0, start,
+                                         not group.prefill_left))
+        self.num_prefill_tokens += num_tokens
+        self.kv_tokens_read += start
+        self.num_batched_requests += 1
+
+    def add_admitted(self, group: SequenceGroup, num_tokens: int, chunk: int,
+                     recompute: bool, grant: Grant) -> int:
+        """``group`` was admitted with its first ``chunk`` of ``num_tokens`` prefill
+        tokens; tokens the prefix cache served (``grant.computed_tokens``) are attended
+        to, not computed. Returns the tokens computed."""
+        done = 0
+        rid = group.request.request_id
+        for seq_id, cached in zip(group.seq_ids, grant.computed_tokens, strict=True):
+            self.prefills.append(PrefillItem(rid, seq_id, chunk - cached, recompute, cached,
+                                             not group.prefill_left))
+            done += chunk - cached
+            self.num_prefill_tokens_cached += cached
+            self.kv_tokens_read += cached
+        self.prefix_query_tokens += num_tokens
+        self.prefix_hit_tokens += grant.computed_tokens[0]
+        self.num_prefill_tokens += done
+        self.num_batched_requests += 1
+        return done

@@ -60,13 +60,13 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..memory.base import Allocator, SeqId
-from ..memory.kv_cache_manager import Grant, KVCacheManager
+from ..memory.kv_cache_manager import KVCacheManager
 from ..workloads.workload import Request
+from .admission import admit
 from .beams import BeamModel
-from .plan import ForkItem, PrefillItem, SequenceGroup, StepPlan
+from .plan import ForkItem, SequenceGroup, StepPlan
 from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
-from .scheduler_reasons import describe, no_fit_reason, outgrows_reason, too_long_reason
-from .waiting_order import order_waiting
+from .scheduler_reasons import outgrows_reason, too_long_reason
 
 # The configuration lives in its own module; these names stay importable from here.
 __all__ = ["POLICIES", "PREEMPTION_MODES", "BeamModel", "Scheduler", "SchedulerConfig"]
@@ -186,7 +186,7 @@ class Scheduler:
         (no head-of-line drain); when nothing can be admitted, everyone running decodes,
         and swapped requests come back if nothing was preempted."""
         if not self.swapped:
-            self._admit(plan, now_s, self.config.max_num_batched_tokens)
+            admit(self, plan, now_s, self.config.max_num_batched_tokens)
             if plan.prefills:
                 return []
         victims, _ = self._run_running(plan, budget=None)
@@ -202,7 +202,7 @@ class Scheduler:
         if not victims:
             self._swap_in_all(plan)
             if not self.swapped and budget:
-                self._admit(plan, now_s, budget, chunked=True)
+                admit(self, plan, now_s, budget, chunked=True)
         return victims
 
     def _swap_in_all(self, plan: StepPlan) -> None:
@@ -252,37 +252,16 @@ class Scheduler:
                 if victim is group:
                     break
             else:
+                start = group.num_computed_tokens
+                group.num_computed_tokens += want if chunk else 1
                 if chunk:
-                    self._prefill_chunk(group, want, grant, plan)
+                    plan.add_chunk(group, start, want, grant)
                 else:
-                    self._decode(group, grant, plan)
+                    plan.add_decode(group, grant)
                 self.running.append(group)
                 if budget is not None:
                     budget -= want
         return victims, budget
-
-    def _prefill_chunk(self, group: SequenceGroup, num_tokens: int, grant: Grant,
-                       plan: StepPlan) -> None:
-        seq_id = group.seq_ids[0]
-        plan.cow_copies.extend(grant.copies)
-        start = group.num_computed_tokens  # the chunk attends to what is cached already
-        group.num_computed_tokens += num_tokens
-        plan.prefills.append(PrefillItem(group.request.request_id, seq_id, num_tokens,
-                                         group.num_output > 0, start, not group.prefill_left))
-        plan.num_prefill_tokens += num_tokens
-        plan.kv_tokens_read += start  # the chunk attends to what is already cached
-        plan.num_batched_requests += 1
-
-    # --------------------------------------------------------------- decoding
-    def _decode(self, group: SequenceGroup, grant: Grant, plan: StepPlan) -> None:
-        plan.cow_copies.extend(grant.copies)
-        plan.decode_seq_ids.extend(group.seq_ids)
-        plan.decode_slots.extend(grant.slots)
-        group.num_computed_tokens += 1
-        rid = group.request.request_id
-        plan.decode_request_ids.append(rid)
-        plan.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len + group.num_output)
-        plan.num_batched_requests += 1
 
     def _release(self, seq_ids: list[SeqId], plan: StepPlan, only_held: bool = False) -> None:
         """Free ``seq_ids`` (``only_held``: those that own memory), one release event when
@@ -369,115 +348,8 @@ class Scheduler:
         self.running.append(group)
         self.num_swaps_in += 1
 
-    # -------------------------------------------------------------- admission
     def _num_running_seqs(self) -> int:
         return sum(len(g.seq_ids) for g in self.running)
-
-    def _admit(self, plan: StepPlan, now_s: float, budget: int, chunked: bool = False) -> None:
-        """Admit waiting requests in queue order (``order``) within ``budget`` prefill tokens.
-
-        ``chunked``: a single-sequence request whose prefill exceeds what is left of the
-        budget starts with a chunk (the rest follows in later steps); otherwise a prompt
-        larger than the whole budget is rejected (v0), and a recomputation larger than it
-        (a preempted request's prompt plus its generated tokens) runs alone.
-        """
-        cfg = self.config
-        order_waiting(self.waiting, self.kv, cfg.order)
-        num_seqs = self._num_running_seqs()
-        while self.waiting:
-            group = self.waiting[0]
-            recompute = group.num_output > 0
-            width = len(group.seq_ids) if recompute else group.width
-            num_tokens = group.request.prompt_len + group.num_output
-            if width > cfg.max_num_seqs:
-                self._reject(self.waiting.popleft(), plan,
-                             f"it runs {width} sequences at once, more than max_num_seqs "
-                             f"({cfg.max_num_seqs})")
-                continue
-            can_chunk = chunked and width == 1
-            # A prefix cache serves the first ``hit`` tokens: only the rest is computed.
-            hit = self.kv.get_computed_tokens(group.block_hashes, group.seq_ids[0], num_tokens)
-            prefill_tokens = (num_tokens - hit) * (len(group.seq_ids) if recompute else 1)
-            if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
-                self._reject(self.waiting.popleft(), plan,
-                             f"{describe(group)}: its prompt is longer than "
-                             f"max_num_batched_tokens ({cfg.max_num_batched_tokens}), the "
-                             "most one step prefills (the chunked policy would split it)")
-                continue
-            if num_seqs + width > cfg.max_num_seqs:
-                break
-            chunk = hit + min(num_tokens - hit, budget) if can_chunk else num_tokens
-            if chunk == hit:
-                break
-            # A recomputation larger than the whole token budget would wait forever: it
-            # runs alone.
-            alone = not plan.prefills and not plan.decode_seq_ids
-            if prefill_tokens > budget and not can_chunk and not alone:
-                break
-            blocked = self._blocked
-            if (blocked is not None and blocked[0] is group and chunk >= blocked[1]
-                    and blocked[2] == self._releases):
-                break  # it did not fit, and nothing was released since
-            grant = self._allocate_group(group, chunk, recompute)
-            if grant is None:
-                if self.kv.num_seqs or self.running:
-                    self._blocked = (group, chunk, self._releases)
-                    break  # memory will be released: wait
-                # Nothing else holds memory. The watermark keeps room for running requests'
-                # growth; with none running it must not keep a request out for good.
-                grant = self._allocate_group(group, chunk, recompute, watermark=0.0)
-                if grant is None:
-                    facts = self.kv.facts(chunk, group.kv_final_len)
-                    self._reject(self.waiting.popleft(), plan,
-                                 no_fit_reason(facts, group, chunk, recompute))
-                    continue
-            self.waiting.popleft()
-            group.status = "running"
-            group.prefill_end_tokens = num_tokens
-            group.num_computed_tokens = chunk
-            if group.first_scheduled_s is None:
-                group.first_scheduled_s = now_s
-            done = 0
-            # Tokens served from the cache are attended to, not computed.
-            for seq_id, cached in zip(group.seq_ids, grant.computed_tokens, strict=True):
-                plan.prefills.append(PrefillItem(group.request.request_id, seq_id,
-                                                 chunk - cached, recompute, cached,
-                                                 not group.prefill_left))
-                done += chunk - cached
-                plan.num_prefill_tokens_cached += cached
-                plan.kv_tokens_read += cached
-            hit = grant.computed_tokens[0]
-            plan.prefix_query_tokens += num_tokens
-            plan.prefix_hit_tokens += hit
-            if group.cached_prompt_tokens is None:
-                group.cached_prompt_tokens = min(hit, group.request.prompt_len)
-            plan.num_prefill_tokens += done
-            plan.num_batched_requests += 1
-            self.running.append(group)
-            num_seqs += width
-            budget -= done
-
-    def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool,
-                        watermark: float | None = None) -> Grant | None:
-        """All the memory the group needs now, or nothing (returns None).
-
-        A recomputed group re-prefills every sequence; a new one prefills its first
-        sequence and names the samples it will fork after the first token, so that the
-        allocator can hold room for them if its scheme needs any.
-        """
-        watermark = self.config.watermark if watermark is None else watermark
-        allocate = self.kv.allocate_slots
-        if recompute:
-            return allocate(group.seq_ids, num_tokens, hashes=group.block_hashes,
-                            final_len=group.kv_final_len, watermark=watermark)
-        # The children's ids are only taken when the admission succeeds.
-        children = [self._next_seq + 1 + i for i in range(group.width - 1)]
-        grant = allocate(group.seq_ids[:1], num_tokens, hashes=group.block_hashes,
-                         final_len=group.kv_final_len, fork_ids=children, watermark=watermark)
-        if grant is not None:
-            self._next_seq += len(children)
-            self._children[group.request.request_id] = children
-        return grant
 
     # --------------------------------------------------------------- rejection
     def _reject(self, group: SequenceGroup, plan: StepPlan, reason: str) -> None:

@@ -1,7 +1,7 @@
 """The order in which the scheduler tries waiting requests: ``fcfs`` or ``lpm``.
 
 ``SchedulerConfig.order`` picks it; :func:`order_waiting` applies it to the waiting queue
-at the start of every admission round (:meth:`pagedsim.engine.scheduler.Scheduler._admit`).
+at the start of every admission round (:func:`pagedsim.engine.admission.admit`).
 
 * ``fcfs``: the queue as it is. New requests join at the back in arrival order; requests
   preempted for recomputation go back to the front.
