@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..engine.cost import CostModel
@@ -24,7 +24,7 @@ from ..units import GiB
 from ..user_files import file_kind
 from ..validate import check_choice, check_int
 from ..workloads.sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
-from ..workloads.traces import ON_TOO_LONG, Trace, TraceError, load_trace
+from ..workloads.traces import ON_TOO_LONG, Trace
 from ..workloads.workload import MAX_NUM_REQUESTS as WORKLOAD_MAX_NUM_REQUESTS
 from ..workloads.workload import (
     Request,
@@ -32,7 +32,9 @@ from ..workloads.workload import (
     check_num_requests,
     check_rate_per_s,
     generate_workload,
+    iter_workload,
 )
+from .trace_replay import ReplayScan, load_replay, scan_replay, stream_replay
 
 #: Default Poisson arrival rate (requests/s); see :mod:`pagedsim.experiments` for why 5.
 DEFAULT_RATE = 5.0
@@ -217,12 +219,32 @@ class Experiment:
                 max_model_len=self.max_model_len, n=self.n, beam_width=self.beam_width))
         return self.trace().requests
 
+    def iter_requests(self) -> Iterator[Request]:
+        """:meth:`requests` one at a time, in order of arrival, without holding them all:
+        ShareGPT- and Alpaca-like requests are made as they are taken (their draws take
+        24 bytes a request), a trace is read from its file as the run goes
+        (:func:`pagedsim.experiments.trace_replay.stream_replay`; read once more first to
+        count it when ``rate_per_s`` rescales it). The prefix-sharing workloads are built
+        whole."""
+        if self.is_trace:
+            return stream_replay(self)
+        if self.workload in SHARING_WORKLOAD_NAMES:
+            return iter(self.requests())
+        assert self.num_requests is not None and self.rate_per_s is not None
+        return iter_workload(WorkloadConfig(
+            kind=self.workload, num_requests=self.num_requests,
+            rate_per_s=float(self.rate_per_s), seed=self.seed,
+            max_model_len=self.max_model_len, n=self.n, beam_width=self.beam_width))
+
     def trace(self) -> Trace:
         """The trace this experiment replays, as its runs see it: loaded with
         ``on_too_long`` and ``skip_zero_output``, its first ``num_requests`` only, arrivals
         shifted so that the first request arrives at t = 0 s (the loader rebases dates and
         wall-clock readings; any other offset is subtracted here, so a trace and the same
-        trace with rebased timestamps simulate identically), rescaled to ``rate_per_s``.
+        trace with rebased timestamps simulate identically), ``n`` / ``beam_width`` given
+        to every request, rescaled to ``rate_per_s``
+        (:mod:`pagedsim.experiments.trace_replay` has the rules; runs read the same
+        requests lazily, :meth:`iter_requests`).
 
         Raises :class:`pagedsim.workloads.traces.TraceError` for a bad file or one that leaves no
         request, ``ValueError`` starting ``rate_per_s`` for a rate that cannot be applied
@@ -231,54 +253,34 @@ class Experiment:
         """
         if not self.is_trace:
             raise ValueError(f"workload {self.workload!r} is synthetic, not a trace file")
-        trace = load_trace(self.workload, self.max_model_len, self.on_too_long,
-                           skip_zero_output=self.skip_zero_output, rebase=None,
-                           max_requests=self.num_requests)
-        if not trace.requests:
-            raise TraceError(self.workload, None, f"no request left to simulate ({trace.report()})")
-        first_s = trace.requests[0].arrival_s
-        if first_s != 0:  # the loader rebased only dates and wall-clock readings
-            trace = replace(trace, requests=[replace(r, arrival_s=r.arrival_s - first_s)
-                                             for r in trace.requests],
-                            transforms=(*trace.transforms, f"arrivals shifted by -{first_s:.6g} "
-                                        "s: t = 0 s is the first request's"))
-        if self.num_requests is not None and len(trace.requests) < self.num_requests:
-            note = (f"num_requests {self.num_requests:,} asked for, the trace holds "
-                    f"{len(trace.requests):,}: all taken")
-            trace = replace(trace, transforms=(*trace.transforms, note))
-        if self.multi_sequence:  # n / beam_width given to every request, and said so
-            own = sum(1 for r in trace.requests if (r.n, r.beam_width) != (1, 1)
-                      and (r.n, r.beam_width) != (self.n, self.beam_width))
-            given = f"n {self.n}" if self.n > 1 else f"beam_width {self.beam_width}"
-            note = f"{given} given to every request" + (
-                f", replacing the trace's own n / beam_width in {own:,} rows" if own else "")
-            trace = replace(trace, requests=[replace(r, n=self.n, beam_width=self.beam_width)
-                                             for r in trace.requests],
-                            transforms=(*trace.transforms, note))
-        if self.rate_per_s is not None:
-            try:
-                trace = trace.rescale_rate(float(self.rate_per_s))
-            except ValueError as exc:
-                raise ValueError(f"rate_per_s {self.rate_per_s:g} requests/s cannot be "
-                                 f"applied to trace {self.workload!r}: {exc}") from None
-        return trace
+        return load_replay(self)
+
+    def trace_scan(self) -> ReplayScan:
+        """One pass over the trace keeping no request: its counts and report line (the
+        same errors as :meth:`trace`)."""
+        if not self.is_trace:
+            raise ValueError(f"workload {self.workload!r} is synthetic, not a trace file")
+        return scan_replay(self)
 
     def trace_report(self) -> str | None:
         """:meth:`pagedsim.workloads.traces.Trace.report` of :meth:`trace` (one line: requests
         loaded, and everything loading, ``num_requests`` and ``rate_per_s`` changed or
-        left out), or ``None`` for a synthetic workload. Loads the file: call it once, in
-        the parent process (runs in worker processes print nothing)."""
-        return self.trace().report() if self.is_trace else None
+        left out), or ``None`` for a synthetic workload. Reads the whole file (in constant
+        memory): call it once, in the parent process (runs in worker processes print
+        nothing)."""
+        return self.trace_scan().report() if self.is_trace else None
 
-    def arrival_rate_per_s(self, requests: Sequence[Request]) -> float:
-        """The mean arrival rate in requests/s of this experiment's ``requests``: the
-        asked ``rate_per_s``, else (a trace's recorded times) ``(N - 1) / span`` of the
-        arrivals (``inf`` when all arrive at once, ``nan`` for one request)."""
+    def arrival_rate_per_s(self, requests: Sequence[Request] | Sequence[float]) -> float:
+        """The mean arrival rate in requests/s of this experiment's ``requests`` (or of
+        their arrival times, seconds): the asked ``rate_per_s``, else (a trace's recorded
+        times) ``(N - 1) / span`` of the arrivals (``inf`` when all arrive at once,
+        ``nan`` for one request)."""
         if self.rate_per_s is not None:
             return float(self.rate_per_s)
         if len(requests) < 2:
             return math.nan
-        span_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
+        times = [r if isinstance(r, (int, float)) else r.arrival_s for r in requests]
+        span_s = max(times) - min(times)
         return math.inf if span_s == 0 else (len(requests) - 1) / span_s
 
     @property

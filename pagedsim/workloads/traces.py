@@ -66,40 +66,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from ..user_files import LineTooLongError, NotRegularFileError, bounded_lines, open_regular
-from ..validate import check_choice, check_int
-from .trace_rows import (
-    AZURE_COLUMNS,
-    PAGEDSIM_OPTIONAL,
-    PAGEDSIM_REQUIRED,
-    TraceError,
-    chain_first,
-    csv_rows,
-    json_number,
-    jsonl_rows,
-    more_lines_than,
-    not_utf8_error,
-    parse_arrival,
-    parse_int,
-    parse_len,
-    parse_prefix_id,
-    timestamp_parser,
-)
+from ..validate import check_int
+from .trace_rows import AZURE_COLUMNS, PAGEDSIM_OPTIONAL, PAGEDSIM_REQUIRED, TraceError
 from .trace_save import save_trace  # re-exported: saving lives in its own module
-from .workload import MAX_NUM_REQUESTS, Request, check_rate_per_s, clip_lengths
+from .trace_stream import AUTO_REBASE_FROM_S, ON_TOO_LONG, TraceCounts, open_trace
+from .workload import Request, check_rate_per_s
 
 __all__ = ["AUTO_REBASE_FROM_S", "AZURE_COLUMNS", "ON_TOO_LONG", "PAGEDSIM_OPTIONAL",
-           "PAGEDSIM_REQUIRED", "Trace", "TraceError", "load_trace", "save_trace"]
-
-ON_TOO_LONG = ("error", "clip", "skip")
-#: ``rebase=None`` rebases a pagedsim trace whose first arrival is at least this many
-#: seconds (11.6 days). Below it float64 arrivals are exact to 1.2e-10 s and kept as
-#: written (so save/load round trips stay bit for bit); no real run idles that long
-#: before its first request, so larger values are wall-clock readings.
-AUTO_REBASE_FROM_S = 1e6
+           "PAGEDSIM_REQUIRED", "Trace", "TraceCounts", "TraceError", "load_trace",
+           "open_trace", "report_line", "save_trace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,33 +179,51 @@ class Trace:
 
     def report(self) -> str:
         """One line for users: requests loaded, and everything loading changed or left out."""
-        text = f"{self.path}: {len(self.requests)} requests ({self.schema})"
-        if self.rebased_from is not None:
-            text += f"; arrivals rebased: t = 0 s is the first row's ({self.rebased_from})"
-        if self.too_long_lines:
-            verb = "clipped" if self.on_too_long == "clip" else "skipped"
-            text += (f"; {self.num_too_long} longer than max_model_len {self.max_model_len} "
-                     f"{verb} (lines {_some_lines(self.too_long_lines)})")
-            if self.on_too_long == "clip":
-                text += f", {self.clipped_tokens:,} tokens cut"
-        if self.zero_output_lines:
-            text += (f"; {self.num_zero_output} with 0 output tokens skipped "
-                     f"(lines {_some_lines(self.zero_output_lines)})")
-        if self.surplus_id_lines:
-            text += (f"; {len(self.surplus_id_lines)} with more hash_ids than input_length "
-                     f"needs (lines {_some_lines(self.surplus_id_lines)}): "
-                     f"{self.surplus_ids:,} ids past the prompt dropped")
-        if self.ignored_columns:
-            names = ", ".join(repr(c) if c else "(empty)" for c in self.ignored_columns)
-            text += f"; column(s) {names} not read"
-        for note in self.transforms:
-            text += f"; {note}"
-        return text
+        return report_line(self.path, len(self.requests), self.schema, self.rebased_from,
+                           self.on_too_long, self.max_model_len, self.too_long_lines,
+                           self.num_too_long, self.clipped_tokens, self.zero_output_lines,
+                           self.num_zero_output, self.surplus_id_lines,
+                           len(self.surplus_id_lines), self.surplus_ids,
+                           self.ignored_columns, self.transforms)
 
 
-def _some_lines(lines: tuple[int, ...] | list[int], limit: int = 10) -> str:
+def report_line(path: str, num_requests: int, schema: str, rebased_from: str | None,
+                on_too_long: str, max_model_len: int | None,
+                too_long_lines: tuple[int, ...] | list[int], num_too_long: int,
+                clipped_tokens: int, zero_output_lines: tuple[int, ...] | list[int],
+                num_zero_output: int, surplus_id_lines: tuple[int, ...] | list[int],
+                num_surplus: int, surplus_ids: int, ignored_columns: tuple[str, ...],
+                transforms: tuple[str, ...] | list[str]) -> str:
+    """:meth:`Trace.report`'s line from counts (a lazy reading keeps the first lines of
+    each kind and how many there were in all: the line shows no more)."""
+    text = f"{path}: {num_requests} requests ({schema})"
+    if rebased_from is not None:
+        text += f"; arrivals rebased: t = 0 s is the first row's ({rebased_from})"
+    if num_too_long:
+        verb = "clipped" if on_too_long == "clip" else "skipped"
+        text += (f"; {num_too_long} longer than max_model_len {max_model_len} "
+                 f"{verb} (lines {_some_lines(too_long_lines, num_too_long)})")
+        if on_too_long == "clip":
+            text += f", {clipped_tokens:,} tokens cut"
+    if num_zero_output:
+        text += (f"; {num_zero_output} with 0 output tokens skipped "
+                 f"(lines {_some_lines(zero_output_lines, num_zero_output)})")
+    if num_surplus:
+        text += (f"; {num_surplus} with more hash_ids than input_length "
+                 f"needs (lines {_some_lines(surplus_id_lines, num_surplus)}): "
+                 f"{surplus_ids:,} ids past the prompt dropped")
+    if ignored_columns:
+        names = ", ".join(repr(c) if c else "(empty)" for c in ignored_columns)
+        text += f"; column(s) {names} not read"
+    for note in transforms:
+        text += f"; {note}"
+    return text
+
+
+def _some_lines(lines: tuple[int, ...] | list[int], total: int, limit: int = 10) -> str:
+    """The first ``limit`` of ``total`` lines (``lines`` holds at least those)."""
     shown = ", ".join(map(str, lines[:limit]))
-    return shown + (f", ... ({len(lines) - limit} more)" if len(lines) > limit else "")
+    return shown + (f", ... ({total - limit} more)" if total > limit else "")
 
 
 # ---------------------------------------------------------------- load / save
@@ -253,182 +248,17 @@ def load_trace(path: str | os.PathLike[str], max_model_len: int | None = None,
     Raises :class:`TraceError` (a ``ValueError``) naming file, line, column and value for
     any bad row, and for a directory, a file that is not UTF-8 text, or one without rows.
     """
-    check_choice("on_too_long", on_too_long, ON_TOO_LONG)
-    if max_model_len is not None:
-        check_int("max_model_len", max_model_len, minimum=2)
-    if max_requests is not None:
-        check_int("max_requests", max_requests, minimum=1)
-    for flag, value in (("skip_zero_output", skip_zero_output), ("rebase", rebase)):
-        if not isinstance(value, bool) and not (flag == "rebase" and value is None):
-            raise TypeError(f"{flag} must be True or False, got {value!r}")
-    name = os.fspath(path)
-    try:
-        file = open_regular(name)
-    except NotRegularFileError as exc:
-        raise TraceError(name, None, f"is {exc.kind}, not a trace file (a regular .csv or "
-                         ".jsonl file)") from None
-    if max_requests is None:
-        # A header, then at most MAX_NUM_REQUESTS rows: counted before any is parsed.
-        past = more_lines_than(name, MAX_NUM_REQUESTS + 1)
-        if past is not None:
-            file.close()
-            raise TraceError(name, past, f"more than {MAX_NUM_REQUESTS:,} rows, the most a run "
-                             "simulates; read the first N with max_requests")
-    try:
-        with file:
-            # Peek at the first non-blank line to tell JSONL from CSV, counting the blank
-            # lines before it so that reported line numbers stay exact.
-            skipped = 0
-            first = ""
-            lines_in = bounded_lines(file)
-            for first in lines_in:
-                if first.strip():
-                    break
-                skipped += 1
-            if not first.strip():
-                raise TraceError(name, skipped + 1,
-                                 "empty file, expected a CSV header or JSONL")
-            lines = chain_first(first, lines_in)
-            rows: Iterator[tuple[int, dict]]
-            if first.lstrip().startswith("{"):
-                # Mooncake's schema (timestamp in ms, input/output_length, hash_ids) or ours.
-                schema = "mooncake" if '"input_length"' in first else "pagedsim-jsonl"
-                header_line, ignored = None, ()
-                rows = jsonl_rows(name, lines, skipped, mooncake=schema == "mooncake")
-            else:
-                schema, header_line, rows, ignored = csv_rows(name, lines, skipped)
-            if schema == "azure" and rebase is False:
-                raise TraceError(name, header_line, "rebase=False applies to pagedsim "
-                                 "traces only: Azure timestamps are dates, always rebased "
-                                 "to the first row's")
-            trace = _build(name, schema, rows, header_line, max_model_len, on_too_long,
-                           skip_zero_output, rebase, max_requests)
-            return replace(trace, ignored_columns=ignored) if ignored else trace
-    except UnicodeDecodeError as exc:
-        raise not_utf8_error(name, exc) from None
-    except LineTooLongError as exc:
-        raise TraceError(name, exc.line, str(exc)) from None
+    counts, requests = open_trace(path, max_model_len, on_too_long,
+                                  skip_zero_output=skip_zero_output, rebase=rebase,
+                                  max_requests=max_requests, keep_lines=True)
+    return trace_of(counts, list(requests))
 
 
-
-def _build(path: str, schema: str, rows: Iterator[tuple[int, dict]], header_line: int | None,
-           max_model_len: int | None, on_too_long: str, skip_zero_output: bool,
-           rebase: bool | None, max_requests: int | None) -> Trace:
-    azure = schema == "azure"
-    parse_ts = timestamp_parser() if azure else None
-    mooncake = schema == "mooncake"
-    if azure:
-        names = {"arrival": "TIMESTAMP", "prompt": "ContextTokens", "output": "GeneratedTokens"}
-    elif mooncake:  # timestamps in milliseconds; hash_ids name the prompt's 512-token pieces
-        names = {"arrival": "timestamp", "prompt": "input_length", "output": "output_length"}
-    else:
-        names = {"arrival": "arrival_s", "prompt": "prompt_len", "output": "output_len"}
-    is_json = schema in ("pagedsim-jsonl", "mooncake")
-    requests: list[Request] = []
-    too_long: list[int] = []
-    zero_output: list[int] = []
-    clipped_tokens = 0
-    surplus_lines: list[int] = []
-    surplus_ids = 0
-    num_rows = 0
-    # The first row's arrival (integer ns for Azure, seconds otherwise), subtracted from
-    # every arrival when rebasing; whether to rebase is settled on that first row.
-    base: float = 0.0
-    rebased_from: str | None = None
-    prev_key, prev_line = -math.inf, 0
-    clip = on_too_long == "clip"
-    stopped_at: int | None = None
-    raw: object = None
-    column = ""
-    for line, row in rows:
-        num_rows += 1
-        try:
-            column = names["arrival"]
-            raw = row[column]
-            key: float = (parse_ts(raw) if parse_ts is not None else
-                          parse_arrival(json_number(raw, False) if is_json else raw))
-            if mooncake:
-                key /= 1000.0  # ms -> s
-            if key < prev_key:
-                raise ValueError(f"earlier than the previous row's (line {prev_line}); "
-                                 "arrivals must not decrease")
-            if num_rows == 1:
-                if rebase is None:
-                    rebase = azure or key >= AUTO_REBASE_FROM_S
-                if rebase:
-                    base = key
-                    rebased_from = (str(raw).strip() if azure else f"arrival_s {raw}")
-            prev_key, prev_line = key, line
-            # Azure: integer nanoseconds until here, so no rounding drift over long traces.
-            arrival = (key - base) / 1e9 if azure else key - base
-            column = names["prompt"]
-            raw = row[column]
-            prompt_len = parse_len(json_number(raw, True) if is_json else raw)
-            column = names["output"]
-            raw = row[column]
-            output_len = parse_int(json_number(raw, True) if is_json else raw)
-            if output_len == 0 and skip_zero_output:
-                zero_output.append(line)
-                continue
-            if output_len < 1:
-                raise ValueError("must be an integer >= 1" + (
-                    " (skip_zero_output=True skips rows with 0 output tokens)"
-                    if output_len == 0 else ""))
-            extras: dict[str, object] = {}
-            row_surplus = 0
-            if mooncake:
-                column = "hash_ids"
-                raw = row[column]
-                if not isinstance(raw, list):
-                    raise ValueError("must be a JSON list of prompt piece ids")
-                extras["prompt_pieces"] = tuple(parse_int(json_number(h, True)) for h in raw)
-                # Ids past ceil(prompt / 512): Request keeps only the prompt's; counted.
-                row_surplus = len(raw) + (-prompt_len // 512)
-            elif not azure:
-                for column in ("n", "beam_width"):
-                    if column in row:
-                        raw = row[column]
-                        extras[column] = parse_len(json_number(raw, True) if is_json else raw)
-                column = "prefix_id"
-                if column in row:
-                    raw = row[column]
-                    if is_json:
-                        extras[column] = (None if raw is None else
-                                          parse_prefix_id(json_number(raw, True)))
-                    else:
-                        extras[column] = parse_prefix_id(raw)
-        except ValueError as exc:
-            raise TraceError(path, line, str(exc), column=column, value=raw) from None
-        if max_model_len is not None and prompt_len + output_len > max_model_len:
-            if on_too_long == "error":
-                raise TraceError(
-                    path, line,
-                    f"request of {prompt_len} + {output_len} = {prompt_len + output_len} tokens "
-                    f"is longer than max_model_len {max_model_len}; pass on_too_long='clip' "
-                    "or 'skip' to load such rows (they are reported)")
-            too_long.append(line)
-            if not clip:
-                continue
-            total = prompt_len + output_len
-            prompt_len, output_len = clip_lengths(prompt_len, output_len, max_model_len)
-            clipped_tokens += total - prompt_len - output_len
-        try:
-            requests.append(Request(len(requests), arrival, prompt_len, output_len, **extras))
-        except (TypeError, ValueError) as exc:  # e.g. n > 1 together with beam_width > 1
-            raise TraceError(path, line, str(exc)) from None
-        if row_surplus > 0:
-            surplus_lines.append(line)
-            surplus_ids += row_surplus
-        if max_requests is not None and len(requests) >= max_requests:
-            stopped_at = line
-            break
-        if len(requests) > MAX_NUM_REQUESTS:  # checked here, before the rest is read
-            raise TraceError(path, line, f"more than {MAX_NUM_REQUESTS:,} requests, the most "
-                             "a run simulates; read the first N with max_requests")
-    if num_rows == 0:
-        raise TraceError(path, header_line, "no data rows after the header")
-    transforms = () if stopped_at is None else (
-        f"first {max_requests} requests read (stopped at line {stopped_at})",)
-    return Trace(path, schema, requests, max_model_len, on_too_long, tuple(too_long),
-                 clipped_tokens, tuple(zero_output), rebased_from, transforms,
-                 tuple(surplus_lines), surplus_ids)
+def trace_of(counts: TraceCounts, requests: list[Request]) -> Trace:
+    """The :class:`Trace` of a reading read to its end (``counts`` kept every line)."""
+    transforms = () if counts.stopped_at is None else (
+        f"first {counts.num_requests} requests read (stopped at line {counts.stopped_at})",)
+    return Trace(counts.path, counts.schema, requests, counts.max_model_len,
+                 counts.on_too_long, tuple(counts.too_long_lines), counts.clipped_tokens,
+                 tuple(counts.zero_output_lines), counts.rebased_from, transforms,
+                 tuple(counts.surplus_id_lines), counts.surplus_ids, counts.ignored_columns)

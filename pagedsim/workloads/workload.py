@@ -50,6 +50,7 @@ child streams of one seed, so sweeping the rate keeps every request's lengths th
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from numbers import Real
 
@@ -71,8 +72,8 @@ PAPER_MEAN_LENS: dict[str, tuple[float, float]] = {
 }
 
 WORKLOAD_KINDS = ("sharegpt", "alpaca", "fixed", "uniform")
-#: Most requests one workload may hold. A run keeps every request (and its per-request
-#: record) in memory, and 10 million already take hours of simulation; more is a typo
+#: Most requests one workload may hold. A run keeps a compact record per request (76
+#: bytes), and 10 million already take hours of simulation; more is a typo
 #: (and 2**53 of them would ask numpy for 64 PiB before any check).
 MAX_NUM_REQUESTS = 10_000_000
 #: Slowest arrival rate, requests/s: one request per 11.6 days. Slower ones put arrivals
@@ -268,6 +269,30 @@ def generate_workload(config: WorkloadConfig) -> list[Request]:
     Deterministic: the same config gives the same list. Lengths in tokens, arrivals in
     seconds; every request satisfies ``prompt_len + output_len <= config.max_model_len``.
     """
+    return list(iter_workload(config))
+
+
+#: Requests :func:`iter_workload` turns into objects at a time.
+WORKLOAD_CHUNK = 4096
+
+
+def iter_workload(config: WorkloadConfig) -> Iterator[Request]:
+    """:func:`generate_workload`'s requests one at a time, in order: the draws are made
+    at once into numpy arrays (24 bytes a request), the :class:`Request` objects (about
+    250 bytes each) only as they are taken, so a million-request run never holds them
+    all."""
+    prompt, output, arrivals = _draw(config)
+    n, beam_width = config.n, config.beam_width
+    for start in range(0, config.num_requests, WORKLOAD_CHUNK):
+        end = start + WORKLOAD_CHUNK
+        for i, a, p, o in zip(range(start, min(end, config.num_requests)),
+                              arrivals[start:end].tolist(), prompt[start:end].tolist(),
+                              output[start:end].tolist(), strict=True):
+            yield Request(i, a, p, o, n, beam_width)
+
+
+def _draw(config: WorkloadConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prompt and output lengths (tokens) and arrival times (seconds) of every request."""
     count = config.num_requests
     # Two independent streams: changing the rate must not change the lengths (rate sweeps).
     length_rng, arrival_rng = (np.random.default_rng(s)
@@ -290,13 +315,7 @@ def generate_workload(config: WorkloadConfig) -> list[Request]:
         arrivals = np.zeros(count)
     else:
         arrivals = np.cumsum(arrival_rng.exponential(1.0 / config.rate_per_s, size=count))
-
-    return [
-        Request(i, a, p, o, config.n, config.beam_width)
-        for i, (a, p, o) in enumerate(
-            zip(arrivals.tolist(), prompt.tolist(), output.tolist(), strict=True)
-        )
-    ]
+    return prompt, output, arrivals
 
 
 def summarize_workload(requests: list[Request]) -> dict[str, float | int]:
