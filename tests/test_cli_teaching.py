@@ -291,7 +291,11 @@ class FakeBar:
 
     def __init__(self, total: int = 0, unit: str = "", **kwargs: object) -> None:
         self.total, self.unit, self.n, self.updates = total, unit, 0, 0
+        self.postfix = ""
         FakeBar.made.append(self)
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.postfix = text
 
     def update(self, k: int) -> None:
         self.n += k
@@ -318,6 +322,8 @@ def test_the_bar_counts_requests_as_they_finish(bars: list[FakeBar],
     (bar,) = bars
     assert bar.unit == "req" and bar.total == 60 and bar.n == 60
     assert bar.updates > len(tasks)  # within runs, not one tick per scheme
+    # Beside the count and tqdm's time left: the simulated time the slower run reached.
+    assert bar.postfix.startswith("simulated ") and bar.postfix.endswith(" s")
 
 
 def test_the_bar_hears_from_worker_processes(bars: list[FakeBar]) -> None:

@@ -46,10 +46,11 @@ def _result() -> SimResult:
               batched=6, physical=4, logical=8),
     ]
     # request_id, arrival_s, prompt_len, output_len, n, beam_width, first_scheduled_s,
-    # first_token_s, finish_s, num_output, num_preemptions, cached_prompt_tokens
+    # first_token_s, finish_s, num_output, num_preemptions, cached_prompt_tokens,
+    # first_token_end_s
     r.request_rows = [
-        (0, 0.0, 10, 10, 1, 1, 0.0, 1.0, 4.0, 10, 0, 0),  # latency 4 s -> 0.4 s/token
-        (1, 1.0, 10, 20, 2, 1, 1.0, 4.0, 5.0, 20, 0, 0),  # latency 4 s -> 0.2 s/token
+        (0, 0.0, 10, 10, 1, 1, 0.0, 0.0, 4.0, 10, 0, 0, 1.0),  # latency 4 s -> 0.4 s/token
+        (1, 1.0, 10, 20, 2, 1, 1.0, 1.0, 5.0, 20, 0, 0, 4.0),  # latency 4 s -> 0.2 s/token
     ]
     r.num_preemptions, r.num_swaps_out, r.num_cow_copies = 3, 1, 2
     return r
@@ -85,6 +86,47 @@ def test_other_numbers() -> None:
     # sharing: only the last step shares, 1 - 4/8 = 0.5, weight 1 s of 5 s
     assert s["sharing_saving"] == pytest.approx(0.5 / 5)
     assert (s["preemptions"], s["swaps"], s["cow_copies"], s["num_steps"]) == (3, 1, 2, 3)
+
+
+def test_ttft_and_tpot_as_vllm_benchmark_serving_defines_them() -> None:
+    """TTFT: arrival to the end of the step that sampled the first token; TPOT: (latency -
+    TTFT) / (output_len - 1) per request; requests of one output token have no TPOT."""
+    s = summarize(_result())
+    ttft = [1.0 - 0.0, 4.0 - 1.0]
+    tpot = [(4.0 - 1.0) / 9, (4.0 - 3.0) / 19]
+    assert s["mean_ttft_s"] == pytest.approx(2.0)
+    assert s["p50_ttft_s"] == pytest.approx(2.0)
+    assert s["p90_ttft_s"] == pytest.approx(ttft[0] + 0.9 * (ttft[1] - ttft[0]))
+    assert s["p99_ttft_s"] == pytest.approx(ttft[0] + 0.99 * (ttft[1] - ttft[0]))
+    assert s["p50_tpot_s"] == pytest.approx(sum(tpot) / 2)
+    assert s["p90_tpot_s"] == pytest.approx(tpot[1] + 0.9 * (tpot[0] - tpot[1]))
+    r = _result()
+    r.request_rows = [(0, 0.0, 10, 1, 1, 1, 0.0, 0.0, 2.0, 1, 0, 0, 2.0)]
+    s = summarize(r)
+    assert s["p50_ttft_s"] == pytest.approx(2.0) and math.isnan(s["p50_tpot_s"])
+    df = r.requests()
+    assert df["ttft_s"].tolist() == [2.0] and math.isnan(df["tpot_s"].iloc[0])
+
+
+def test_ttft_of_a_lone_request_is_its_prefill_step_and_tpot_its_decode_steps() -> None:
+    """One request alone: its first token comes out when its prefill step ends, and every
+    later token one decode step later."""
+    from pagedsim.engine.cost import CostModel
+    from pagedsim.engine.simulator import simulate
+    from pagedsim.memory.schemes import make_allocator
+    from pagedsim.models.specs import get_gpu, get_model
+    from pagedsim.workloads.workload import Request
+
+    cost = CostModel(get_model("opt-13b"), get_gpu("a100-40gb"))
+    r = simulate([Request(0, 2.0, 100, 5)], make_allocator("paged", 4096), cost,
+                 scheme="paged", progress=False)
+    steps = r.steps()
+    assert len(steps) == 5  # one prefill, four decodes
+    s = summarize(r)
+    assert s["p50_ttft_s"] == pytest.approx(steps["step_time_s"].iloc[0])
+    assert s["p50_tpot_s"] == pytest.approx(steps["step_time_s"].iloc[1:].mean())
+    row = r.requests().iloc[0]
+    assert row["ttft_s"] + 4 * row["tpot_s"] == pytest.approx(row["latency_s"])
 
 
 def test_no_saturated_step_gives_nan() -> None:

@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
+from ..engine.step_keep import KeepSteps, parse_keep_steps
 from ..units import GiB
 from ..workloads.workload import MIN_RATE_PER_S
 
@@ -61,6 +62,15 @@ def rate(text: str) -> float:
             f"must be >= {MIN_RATE_PER_S:g} requests/s (one per 11.6 days) or inf, "
             f"got {shown(text)}")
     return value
+
+
+def keep_steps(text: str) -> KeepSteps:
+    """``--keep-steps``: ``all``, ``none``, N (a sample of at most N steps) or ``SECONDSs``
+    (one step per span of simulated time); :func:`pagedsim.engine.step_keep.parse_keep_steps`."""
+    try:
+        return parse_keep_steps(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {exc}") from None
 
 
 def whole(text: str) -> int:

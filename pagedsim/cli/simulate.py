@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING
 
 from ..engine.scheduler import POLICIES, PREEMPTION_MODES
 from ..engine.scheduler_config import ORDERS
+from ..engine.step_keep import DEFAULT_KEEP_STEPS, KeepSteps
 from ..models.budget import BUDGET_PRESETS, PAPER_OPT_13B, get_budget_preset
 from ..models.specs import GPUS
 from ..units import GiB
 from ..workloads.traces import ON_TOO_LONG, TraceError
-from .argtypes import csv_list, gib_to_bytes, jobs, nonempty, preset, rate, whole
+from .argtypes import csv_list, gib_to_bytes, jobs, keep_steps, nonempty, preset, rate, whole
 from .base import PROG, UNITS_NOTE, CliError
 from .dask import add_dask_option, with_dask
 from .outdir import prepare_out
@@ -389,9 +390,16 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
                    help="folder for compare_summary.csv, compare_steps.csv and PNGs "
                         "(default figures/)")
     p.add_argument("--no-write", action="store_true", help="write no file")
+    p.add_argument("--keep-steps", type=keep_steps, default=None, metavar="all|none|N|SECONDSs",
+                   help="per-step rows kept for compare_steps.csv and the timelines: all, "
+                        "none, a uniform sample of at most N (every k-th step) or one per "
+                        "SECONDS of simulated time (e.g. 10s); a timeline of a sample says "
+                        "so, and summaries never depend on it (default "
+                        f"{DEFAULT_KEEP_STEPS:,}: every step of a run up to that long, "
+                        "a sample of a longer one)")
     p.add_argument("--max-step-rows", type=whole, default=1000, metavar="N",
-                   help="per-step CSV: keep every k-th step so at most N rows per scheme "
-                        "remain (0 = every step; default 1000)")
+                   help="per-step CSV: of the kept steps, every k-th so at most N rows "
+                        "per scheme remain (0 = every kept step; default 1000)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON list of rows (scheme, the six shares as fractions "
                         "summing to 1, mean_batch_size, throughput_tokens_per_s, "
@@ -405,13 +413,18 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.max_step_rows < 0:
         raise CliError(f"argument --max-step-rows: must be >= 0 (0 = every step), "
                        f"got {args.max_step_rows}")
+    if args.keep_steps is not None and args.no_write:
+        raise CliError("argument --keep-steps: --no-write writes no file, so no step is "
+                       "kept; drop --keep-steps or --no-write")
+    keep = (KeepSteps.none() if args.no_write else
+            args.keep_steps or KeepSteps.sample(DEFAULT_KEEP_STEPS))
     schemes = _check_schemes(args.schemes)
     exp = experiment(args)
     report = check_trace(exp)
     _check_out(args)
     _say_start(args, "compare", len(schemes), exp, "one per scheme")
     cmp = compare(exp, schemes, jobs=args.jobs, progress=_progress(args),
-                  keep_steps=not args.no_write, part=args.part)
+                  keep_steps=keep, part=args.part)
     if args.json:
         _say_report(report, to_stderr=True)
         print(json.dumps(json_rows(cmp), indent=1))

@@ -4,12 +4,19 @@ Time is simulated: each step lasts what :class:`~pagedsim.engine.cost.CostModel`
 (plus the PCIe time of any swap); when nothing can run the clock jumps to the next
 arrival. Every step records the six-way slot account of the pool *during* that step
 (after the scheduler took and released memory for it).
+
+What a run keeps (:class:`SimResult`): the sums its summary needs, as it goes
+(:mod:`.step_stats`); one compact row per request (:mod:`.request_log`); and the
+per-step rows ``keep_steps`` asks for (:mod:`.step_keep`: all by default, or none, a
+sample, one per span of simulated time). Requests may come from any iterable in arrival
+order, so a generator or a trace read lazily never sits in memory whole; finished and
+rejected requests are forgotten as soon as their row is written.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..memory.accounting import account
@@ -17,7 +24,12 @@ from ..memory.base import Allocator
 from ..workloads.workload import Request
 from .cost import CostModel
 from .plan import StepPlan
+from .request_log import REQUEST_COLUMNS, RequestLog
 from .scheduler import Scheduler, SchedulerConfig
+from .step_keep import KeepSteps, StepKeeper
+from .step_stats import StepStats
+
+__all__ = ["REQUEST_COLUMNS", "STEP_COLUMNS", "KeepSteps", "SimResult", "simulate"]
 
 STEP_COLUMNS = (
     "step", "time_s", "step_time_s", "running", "batched_requests", "waiting", "swapped",
@@ -26,42 +38,80 @@ STEP_COLUMNS = (
     "preemptions", "swaps_out", "swaps_in", "cow_copies", "finished",
     "prefill_tokens_cached", "prefix_query_tokens", "prefix_hit_tokens", "evictions",
 )  # fmt: skip
-REQUEST_COLUMNS = (
-    "request_id", "arrival_s", "prompt_len", "output_len", "n", "beam_width",
-    "first_scheduled_s", "first_token_s", "finish_s", "num_output", "num_preemptions",
-    "cached_prompt_tokens",
-)  # fmt: skip
+#: Rows handed to the sums and the keeper at a time (one numpy conversion per chunk).
+CHUNK_STEPS = 4096
 
 
 @dataclass(slots=True)
 class SimResult:
-    """Raw records of one run; :mod:`pagedsim.experiments.metrics` turns them into frames and
-    summaries."""
+    """What one run keeps; :mod:`pagedsim.experiments.metrics` turns it into summaries.
+
+    ``step_rows``: the kept per-step tuples (:data:`STEP_COLUMNS`), all of them unless the
+    run was asked to keep fewer (``steps_total`` says how many there were);
+    ``stats``: the sums over every step (None for a result built by hand from
+    ``step_rows``, whose sums are then computed from them); ``request_log``: one row per
+    request (``request_rows`` as tuples).
+    """
 
     scheme: str
     capacity_slots: int
-    step_rows: list[tuple] = field(default_factory=list)  # one tuple per step, STEP_COLUMNS
-    request_rows: list[tuple] = field(default_factory=list)  # REQUEST_COLUMNS
+    _step_rows: list[tuple] = field(default_factory=list)
+    request_log: RequestLog = field(default_factory=RequestLog)
+    stats: StepStats | None = None
+    keep_steps: KeepSteps = field(default_factory=KeepSteps)
     num_preemptions: int = 0
     num_swaps_out: int = 0
     num_cow_copies: int = 0
     #: Requests that can never run, with the scheduler's reason: ``(request_id, reason)``.
     rejections: list[tuple[int, str]] = field(default_factory=list)
 
+    @property
+    def step_rows(self) -> list[tuple]:
+        """The kept per-step rows (tuples in :data:`STEP_COLUMNS` order)."""
+        return self._step_rows
+
+    @step_rows.setter
+    def step_rows(self, rows: list[tuple]) -> None:
+        # Rows set by hand are the whole run: its sums are recomputed from them.
+        self._step_rows = rows
+        self.stats = None
+        self.keep_steps = KeepSteps.all()
+
+    @property
+    def request_rows(self) -> list[tuple]:
+        """Per-request rows as tuples (:data:`REQUEST_COLUMNS`), by arrival then id."""
+        return list(self.request_log.rows())
+
+    @request_rows.setter
+    def request_rows(self, rows: Iterable[tuple]) -> None:
+        self.request_log = RequestLog(rows)
+
+    @property
+    def steps_total(self) -> int:
+        """Steps the run took (kept or not)."""
+        return self.stats.num_steps if self.stats is not None else len(self._step_rows)
+
+    @property
+    def steps_sampled(self) -> bool:
+        """Whether :attr:`step_rows` holds fewer steps than the run took."""
+        return len(self._step_rows) < self.steps_total
+
+    def step_stats(self) -> StepStats:
+        """The sums over every step (computed from ``step_rows`` for a hand-made result)."""
+        if self.stats is None:
+            return StepStats.from_rows(self._step_rows, STEP_COLUMNS)
+        return self.stats
+
     def steps(self):
-        """Per-step records as a pandas DataFrame (slot columns in token slots)."""
+        """The kept per-step records as a pandas DataFrame (slot columns in token slots)."""
         import pandas as pd
 
-        return pd.DataFrame.from_records(self.step_rows, columns=list(STEP_COLUMNS))
+        return pd.DataFrame.from_records(self._step_rows, columns=list(STEP_COLUMNS))
 
     def requests(self):
-        """Per-request records as a pandas DataFrame (times in simulated seconds)."""
-        import pandas as pd
-
-        df = pd.DataFrame.from_records(self.request_rows, columns=list(REQUEST_COLUMNS))
-        df["latency_s"] = df["finish_s"] - df["arrival_s"]
-        df["normalized_latency_s"] = df["latency_s"] / df["output_len"]
-        return df
+        """Per-request records as a pandas DataFrame (times in simulated seconds), with
+        latency, normalized latency, TTFT and TPOT (:meth:`RequestLog.frame`)."""
+        return self.request_log.frame()
 
 
 def _swap_time_s(cost: CostModel, plan: StepPlan) -> float:
@@ -75,46 +125,127 @@ def _swap_time_s(cost: CostModel, plan: StepPlan) -> float:
     return cost.swap_time_s(slots * cost.model.bytes_per_token, calls)
 
 
+def _in_order(requests: Iterable[Request]) -> Iterable[Request]:
+    """A list or tuple sorted by (arrival, id) as the simulator always did; any other
+    iterable is read lazily and must come in that order already."""
+    if isinstance(requests, (list, tuple)):
+        # Finished requests leave the scheduler's table, which then cannot tell a
+        # repeated id from a new one: a list is checked whole, here.
+        seen: set[int] = set()
+        for r in requests:
+            if r.request_id in seen:
+                raise ValueError(f"request id {r.request_id} added twice")
+            seen.add(r.request_id)
+        return sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+    return _checked_order(requests)
+
+
+def _checked_order(requests: Iterable[Request]) -> Iterable[Request]:
+    """``requests`` as they come, each checked to come after the one before (arrival,
+    then id, strictly: so no id comes twice in a row of equal arrivals)."""
+    prev = None
+    for r in requests:
+        key = (r.arrival_s, r.request_id)
+        if prev is not None and key == prev:
+            raise ValueError(f"request id {r.request_id} added twice")
+        if prev is not None and key < prev:
+            raise ValueError(f"request {r.request_id} (arrival {r.arrival_s} s) comes after "
+                             f"request {prev[1]} (arrival {prev[0]} s): an iterator of "
+                             "requests must be in order of arrival, then id (a list is "
+                             "sorted)")
+        prev = key
+        yield r
+
+
+def _check_unique_ids(log: RequestLog) -> None:
+    """An iterator's request ids were checked against the live requests only (finished
+    ones are forgotten): check them all once, at the end."""
+    import numpy as np
+
+    ids = np.sort(log.column("request_id"))
+    same = ids[1:][ids[1:] == ids[:-1]]
+    if len(same):
+        raise ValueError(f"request id {int(same[0])} added twice")
+
+
 def simulate(
-    requests: Sequence[Request],
+    requests: Iterable[Request],
     allocator: Allocator,
     cost: CostModel,
     config: SchedulerConfig | None = None,
     scheme: str = "",
     progress: bool | None = None,
     on_step: Callable[[Scheduler, StepPlan], None] | None = None,
+    keep_steps: KeepSteps | None = None,
+    num_requests: int | None = None,
+    on_done: Callable[[int, float], None] | None = None,
 ) -> SimResult:
-    """Run every request to completion; returns the per-step and per-request records.
+    """Run every request to completion; returns the run's sums and records.
 
-    ``progress``: a tqdm bar on stderr (None: only when stderr is a terminal).
-    ``on_step(scheduler, plan)`` is called after each step is scheduled, e.g. to
-    capture allocator snapshots for a step-through picture.
+    ``requests``: a list (sorted here) or any iterable in order of arrival, then id (read
+    lazily). ``progress``: a tqdm bar on stderr (None: only when stderr is a terminal),
+    over ``num_requests`` (default ``len(requests)`` when it has one) with the simulated
+    time beside it. ``on_step(scheduler, plan)`` is called after each step is
+    scheduled, e.g. to capture allocator snapshots for a step-through picture.
+    ``keep_steps``: which per-step rows to keep (default all; the summary never needs
+    them). ``on_done(done, simulated_s)``: called whenever requests finish or are
+    rejected, with how many are done so far and the simulated clock (seconds).
     """
     # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.engine.cost).
     cost = cost.with_block_size(allocator.kernel_block_slots)
     sched = Scheduler(allocator, config)
-    reqs = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+    keep = keep_steps or KeepSteps.all()
+    if num_requests is None and hasattr(requests, "__len__"):
+        num_requests = len(requests)  # type: ignore[arg-type]
+    arrivals = iter(_in_order(requests))
+    stats = StepStats(STEP_COLUMNS)
+    keeper = StepKeeper(keep)
+    log = RequestLog()
     result = SimResult(scheme=scheme, capacity_slots=allocator.capacity_slots)
-    rows = result.step_rows
     if progress is None:
         progress = sys.stderr.isatty()
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(reqs), desc=scheme or "simulate", unit="req", leave=False,
+        bar = tqdm(total=num_requests, desc=scheme or "simulate", unit="req", leave=False,
                    file=sys.stderr, delay=1.0)  # only runs longer than a second show it
+    time_index = STEP_COLUMNS.index("time_s")
+    chunk: list[tuple] = []
+    rejected: list[tuple[float, int, str]] = []  # (arrival, id, reason)
+    groups = sched.groups
+    first_end: dict[int, float] = {}  # request id -> end of the step of its first token
+
+    def forget(rids: list[int], finish_s: float | None) -> None:
+        """Write the rows of requests done for good and drop them from the scheduler's
+        table, so that memory holds only the requests still in the system."""
+        if on_done is not None:
+            on_done(len(log) + len(rids), now)
+        for rid in rids:
+            g = groups.pop(rid)
+            r = g.request
+            end = first_end.pop(rid, None)
+            if g.reject_reason is not None:
+                rejected.append((r.arrival_s, rid, g.reject_reason))
+                finish = None
+            else:
+                finish = finish_s
+            log.add((rid, r.arrival_s, r.prompt_len, r.output_len, r.n, r.beam_width,
+                     g.first_scheduled_s, g.first_token_s, finish, g.num_output,
+                     g.num_preemptions, g.cached_prompt_tokens, end))
+
     now = 0.0
-    i, n = 0, len(reqs)
+    nxt = next(arrivals, None)
     stalls = 0
     step_time = cost.step_time_s
     evicted = allocator.evicted_blocks
-    while i < n or sched.has_unfinished():
-        while i < n and reqs[i].arrival_s <= now:
-            sched.add_request(reqs[i])
-            i += 1
+    last_shown = 0.0
+    while nxt is not None or sched.has_unfinished():
+        while nxt is not None and nxt.arrival_s <= now:
+            sched.add_request(nxt)
+            nxt = next(arrivals, None)
         if not sched.has_unfinished():
-            now = reqs[i].arrival_s
+            now = nxt.arrival_s  # type: ignore[union-attr]
             continue
         plan = sched.schedule(now)
         if plan.is_empty:  # nothing ran: memory was only released, or all must wait
@@ -122,23 +253,25 @@ def simulate(
                                         or plan.cow_copies):
                 on_step(sched, plan)  # but K/V moved (a swap-in alone): executors must see it
             stalls = 0 if plan.rejected else stalls + 1  # a rejection is progress too
-            if not (plan.frees or plan.preempted) and i < n:
-                now = max(now, reqs[i].arrival_s)  # idle until the next arrival
+            if not (plan.frees or plan.preempted) and nxt is not None:
+                now = max(now, nxt.arrival_s)  # idle until the next arrival
             elif stalls > 3:  # a scheduler bug: every request runs or is rejected
                 raise RuntimeError(
                     f"simulation stalled at step {plan.step}: {len(sched.waiting)} waiting, "
                     f"{len(sched.swapped)} swapped, {len(sched.running)} running, "
                     "nothing can run"
                 )
-            if bar is not None and plan.rejected:
-                bar.update(len(plan.rejected))
+            if plan.rejected:
+                forget(plan.rejected, None)
+                if bar is not None:
+                    bar.update(len(plan.rejected))
             continue
         stalls = 0
         acct = account(allocator, sched.next_need_slots())
         dt = step_time(plan.num_prefill_tokens, len(plan.decode_seq_ids), plan.kv_tokens_read)
         if plan.swap_outs or plan.swap_ins:
             dt += _swap_time_s(cost, plan)
-        rows.append((
+        chunk.append((
             plan.step, now, dt, len(plan.decode_seq_ids) + len(plan.prefills),
             plan.num_batched_requests, len(sched.waiting), len(sched.swapped),
             acct.token, acct.reserved, acct.internal_frag, acct.cached, acct.external_frag,
@@ -149,26 +282,44 @@ def simulate(
             allocator.evicted_blocks - evicted,
         ))  # fmt: skip
         evicted = allocator.evicted_blocks
+        if len(chunk) >= CHUNK_STEPS:
+            stats.add_rows(chunk)
+            keeper.add_rows(chunk, time_index)
+            chunk = []
         if on_step is not None:
             on_step(sched, plan)
+        # The first token of a request is out when the step that sampled it ends (a
+        # prefill's last chunk samples it; the scheduler stamps the step's start).
+        starts = [p.request_id for p in plan.prefills
+                  if p.last and p.request_id not in first_end
+                  and groups[p.request_id].first_token_s == now]
         now += dt
-        for rid in plan.finished:
-            sched.groups[rid].finish_s = now
-        if bar is not None and (plan.finished or plan.rejected):
-            bar.update(len(plan.finished) + len(plan.rejected))
+        for rid in starts:
+            first_end[rid] = now
+        if plan.finished or plan.rejected:
+            if plan.finished:
+                forget(plan.finished, now)
+            if plan.rejected:
+                forget(plan.rejected, None)
+            if bar is not None:
+                bar.update(len(plan.finished) + len(plan.rejected))
+                if now - last_shown >= 1.0:
+                    last_shown = now
+                    bar.set_postfix_str(f"simulated {now:,.0f} s", refresh=False)
+    stats.add_rows(chunk)
+    keeper.add_rows(chunk, time_index)
+    stats.finish()
+    forget(list(groups), None)  # none is left once every request finished or was rejected
+    if not isinstance(requests, (list, tuple)):
+        _check_unique_ids(log)
     if bar is not None:
         bar.close()
-    for g in sched.groups.values():
-        r = g.request
-        result.request_rows.append((
-            r.request_id, r.arrival_s, r.prompt_len, r.output_len, r.n, r.beam_width,
-            g.first_scheduled_s, g.first_token_s, g.finish_s, g.num_output, g.num_preemptions,
-            g.cached_prompt_tokens,
-        ))  # fmt: skip
-    result.rejections = [(g.request.request_id, g.reject_reason) for g in sched.groups.values()
-                         if g.reject_reason is not None]
+    result._step_rows = keeper.finish()
+    result.stats = stats
+    result.keep_steps = keep
+    result.request_log = log
+    result.rejections = [(rid, reason) for _, rid, reason in sorted(rejected)]
     result.num_preemptions = sched.num_preemptions
     result.num_swaps_out = sched.num_swaps_out
-    cow = STEP_COLUMNS.index("cow_copies")
-    result.num_cow_copies = sum(r[cow] for r in rows)
+    result.num_cow_copies = stats.counts["cow_copies"]
     return result

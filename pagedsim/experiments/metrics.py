@@ -39,6 +39,13 @@ Other numbers (units in the key names)
   ``requests_per_s``: finished requests / makespan.
 * ``p50_normalized_latency_s``, ``p90_normalized_latency_s``: percentiles over requests of
   end-to-end latency / output length (seconds per output token, as in the paper).
+* Request latencies as vLLM's ``benchmark_serving`` reports them, over finished requests
+  (:data:`LATENCY_KEYS`): ``mean_ttft_s``, ``p50_ttft_s``, ``p90_ttft_s``, ``p99_ttft_s``:
+  time to first token, from arrival to the end of the step that sampled it;
+  ``mean_tpot_s``, ``p50_tpot_s``, ``p90_tpot_s``: time per output token after the first,
+  ``(latency - ttft) / (output_len - 1)`` per request, requests of one output token left
+  out. Percentiles are exact (numpy's linear interpolation over every request: the
+  per-request rows are kept, 76 bytes each).
 * ``sharing_saving``: time-weighted ``1 - physical_blocks / logical_blocks`` over steps
   with ``logical_blocks > 0`` (the paper's section 6.3 memory saving; 0 without sharing).
 * ``prefix_queries`` / ``prefix_hits``: tokens of admitted prompts (recomputations
@@ -52,6 +59,12 @@ Other numbers (units in the key names)
   for other content.
 * ``preemptions``, ``swaps`` (swap-outs), ``cow_copies`` (copy-on-write block copies):
   counts over the run; ``num_steps``: steps that ran something.
+
+Every per-step number comes from sums kept as the run went
+(:class:`pagedsim.engine.step_stats.StepStats`), never from kept steps, so a summary is
+the same whether a run kept all its steps, a sample or none; ``step_stats`` says how its
+float sums are formed (for runs of up to 131,072 steps: exactly the pairwise sums over
+the whole run's frame that :func:`time_weighted_shares` computes).
 """
 
 from __future__ import annotations
@@ -62,6 +75,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..engine.request_log import RequestLog
+from ..engine.simulator import STEP_COLUMNS
+from ..engine.step_stats import PartSums
 from ..memory.accounting import CATEGORIES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,77 +146,128 @@ def sharing_saving(steps: pd.DataFrame) -> float:
 RECENT_REQUESTS = 1000
 
 
-def prefix_cache_stats(steps: pd.DataFrame, reqs: pd.DataFrame) -> dict[str, float | int]:
-    """Prefix-cache numbers of one run (hit rates NaN when nothing was looked up)."""
-    queries = int(steps["prefix_query_tokens"].sum())
-    hits = int(steps["prefix_hit_tokens"].sum())
-    admitted = reqs.dropna(subset=["first_scheduled_s", "cached_prompt_tokens"])
-    recent = admitted.sort_values(["first_scheduled_s", "request_id"]).tail(RECENT_REQUESTS)
-    recent_queries = int(recent["prompt_len"].sum())
+#: Request-latency keys of a summary (vLLM ``benchmark_serving``'s TTFT and TPOT), in
+#: seconds. The committed CSVs predate them and leave them out (:data:`CSV_LEFT_OUT`).
+LATENCY_KEYS: tuple[str, ...] = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
+                                 "mean_tpot_s", "p50_tpot_s", "p90_tpot_s")
+#: Summary keys the summary CSVs do not write, so that every committed CSV stays byte for
+#: byte what it was; ``compare --json`` and the summary frames carry them.
+CSV_LEFT_OUT: tuple[str, ...] = LATENCY_KEYS
+
+
+def _shares(part: PartSums) -> dict[str, float]:
+    """The six categories' shares of slot-seconds (equal weights if every step lasted
+    0 s; NaN for a part without steps), as :func:`time_weighted_shares` of its frame."""
+    if part.steps == 0:
+        return {c: math.nan for c in CATEGORIES}
+    sums = part.weighted if part.time_s > 0 else part.plain
+    total = sums["capacity"]
+    return {c: sums[c] / total for c in CATEGORIES}
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def latency_stats(log: RequestLog) -> dict[str, float]:
+    """:data:`LATENCY_KEYS` of one run's requests (seconds; NaN without a finished one)."""
+    finish = log.column("finish_s")
+    done = ~np.isnan(finish)
+    arrival = log.column("arrival_s")[done]
+    ttft = log.column("first_token_end_s")[done] - arrival
+    out_len = log.column("output_len")[done]
+    many = out_len > 1
+    tpot = ((finish[done] - arrival - ttft)[many] / (out_len[many] - 1))
     return {
-        "prefix_queries": queries,
-        "prefix_hits": hits,
-        "prefix_hit_rate": hits / queries if queries else math.nan,
-        "prefix_hit_rate_last_1000": (float(recent["cached_prompt_tokens"].sum())
-                                      / recent_queries if recent_queries else math.nan),
-        "prefill_tokens_computed": int(steps["prefill_tokens"].sum()),
-        "prefill_tokens_cached": int(steps["prefill_tokens_cached"].sum()),
-        "evictions": int(steps["evictions"].sum()),
+        "mean_ttft_s": float(ttft.mean()) if len(ttft) else math.nan,
+        "p50_ttft_s": _percentile(ttft, 50), "p90_ttft_s": _percentile(ttft, 90),
+        "p99_ttft_s": _percentile(ttft, 99),
+        "mean_tpot_s": float(tpot.mean()) if len(tpot) else math.nan,
+        "p50_tpot_s": _percentile(tpot, 50), "p90_tpot_s": _percentile(tpot, 90),
     }
+
+
+def _recent_hit_rate(log: RequestLog) -> float:
+    """Prompt tokens served from the cache / prompt tokens, over the last
+    :data:`RECENT_REQUESTS` requests admitted (NaN if none was)."""
+    first = log.column("first_scheduled_s")
+    cached = log.column("cached_prompt_tokens")
+    admitted = ~np.isnan(first) & (cached >= 0)
+    ids = log.column("request_id")[admitted]
+    order = np.lexsort((ids, first[admitted]))[-RECENT_REQUESTS:]
+    queries = int(log.column("prompt_len")[admitted][order].sum())
+    hits = float(cached[admitted][order].sum())
+    return hits / queries if queries else math.nan
 
 
 def summarize(result: SimResult, steps: pd.DataFrame | None = None
               ) -> dict[str, float | int | str]:
     """One run's numbers; see the module docstring for each key and its unit.
 
-    ``steps``: ``result.steps()`` if the caller already built it (building the frame of a
-    100,000-step run takes a noticeable fraction of a second).
+    Computed from the run's sums (``result.step_stats()``) and per-request rows, whatever
+    steps it kept. ``steps`` is accepted for callers of earlier versions and not read.
     """
-    if steps is None:
-        steps = result.steps()
-    reqs = result.requests()
+    stats = result.step_stats()
+    log = result.request_log
     out: dict[str, float | int | str] = {
         "scheme": result.scheme, "capacity_slots": int(result.capacity_slots),
     }
-    for c, v in time_weighted_shares(steps).items():
+    for c, v in _shares(stats.all).items():
         out[f"all_{c}"] = v
-    saturated = steps[steps["waiting"] > 0]
-    for c, v in time_weighted_shares(saturated).items():
+    for c, v in _shares(stats.sat).items():
         out[f"sat_{c}"] = v
-    total_time = float(steps["step_time_s"].sum())
+    total_time = stats.all.time_s
     out["saturated_time_fraction"] = (
-        float(saturated["step_time_s"].sum()) / total_time if total_time > 0 else math.nan
+        stats.sat.time_s / total_time if total_time > 0 else math.nan
     )
-    ran = steps[steps["batched_requests"] > 0]
-    out["mean_batch_size"] = float(ran["batched_requests"].mean()) if len(ran) else math.nan
-    sat_ran = saturated[saturated["batched_requests"] > 0]
+    out["mean_batch_size"] = stats.all.batched / stats.all.ran if stats.all.ran else math.nan
     out["sat_mean_batch_size"] = (
-        float(sat_ran["batched_requests"].mean()) if len(sat_ran) else math.nan
+        stats.sat.batched / stats.sat.ran if stats.sat.ran else math.nan
     )
-
-    end_s = float(steps["time_s"].iloc[-1] + steps["step_time_s"].iloc[-1]) if len(steps) else 0.0
-    start_s = float(reqs["arrival_s"].min()) if len(reqs) else 0.0
+    last = stats.last_row
+    end_s = float(last[STEP_COLUMNS.index("time_s")] + last[STEP_COLUMNS.index("step_time_s")]
+                  ) if last is not None else 0.0
+    num_requests = len(log)
+    start_s = float(log.column("arrival_s").min()) if num_requests else 0.0
     makespan = end_s - start_s
     # Every sample / beam generates its own tokens (they are separate sequences in the batch).
-    width = np.maximum(reqs["n"].to_numpy(), reqs["beam_width"].to_numpy())
-    generated = int((reqs["num_output"].to_numpy() * width).sum())
+    width = np.maximum(log.column("n"), log.column("beam_width")).astype(np.int64)
+    generated = int((log.column("num_output").astype(np.int64) * width).sum())
     out["throughput_tokens_per_s"] = generated / makespan if makespan > 0 else math.nan
-    out["requests_per_s"] = len(reqs) / makespan if makespan > 0 else math.nan
-    lat = reqs["normalized_latency_s"].dropna().to_numpy(dtype=float)  # rejected: no latency
-    out["p50_normalized_latency_s"] = float(np.percentile(lat, 50)) if len(lat) else math.nan
-    out["p90_normalized_latency_s"] = float(np.percentile(lat, 90)) if len(lat) else math.nan
-    out["sharing_saving"] = sharing_saving(steps)
-    out.update(prefix_cache_stats(steps, reqs))
+    out["requests_per_s"] = num_requests / makespan if makespan > 0 else math.nan
+    finish = log.column("finish_s")
+    lat = ((finish - log.column("arrival_s")) / log.column("output_len"))
+    lat = lat[~np.isnan(lat)]  # rejected: no latency
+    out["p50_normalized_latency_s"] = _percentile(lat, 50)
+    out["p90_normalized_latency_s"] = _percentile(lat, 90)
+    if stats.used_steps == 0:
+        out["sharing_saving"] = 0.0
+    elif stats.used_time_s > 0:
+        out["sharing_saving"] = stats.used_saving / stats.used_time_s
+    else:
+        out["sharing_saving"] = stats.used_saving_plain / stats.used_steps
+    counts = stats.counts
+    queries, hits = counts["prefix_query_tokens"], counts["prefix_hit_tokens"]
+    out.update({
+        "prefix_queries": queries,
+        "prefix_hits": hits,
+        "prefix_hit_rate": hits / queries if queries else math.nan,
+        "prefix_hit_rate_last_1000": _recent_hit_rate(log),
+        "prefill_tokens_computed": counts["prefill_tokens"],
+        "prefill_tokens_cached": counts["prefill_tokens_cached"],
+        "evictions": counts["evictions"],
+    })
     out["preemptions"] = int(result.num_preemptions)
     out["swaps"] = int(result.num_swaps_out)
     out["cow_copies"] = int(result.num_cow_copies)
-    out["num_requests"] = int(len(reqs))
+    out["num_requests"] = int(num_requests)
     out["generated_tokens"] = generated
-    out["num_steps"] = int(len(steps))
+    out["num_steps"] = int(stats.num_steps)
     out["makespan_s"] = makespan
     out["sim_time_s"] = end_s
     out["rejected"] = len(result.rejections)
     out["first_rejection"] = result.rejections[0][1] if result.rejections else ""
+    out.update(latency_stats(log))
     return out
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..engine.simulator import REQUEST_COLUMNS, simulate
+from ..engine.simulator import KeepSteps, simulate
 from ..memory.schemes import make_allocator
 from .metrics import summarize
 from .spec import Experiment
@@ -15,59 +15,75 @@ from .spec import Experiment
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+#: What ``keep_steps`` may be: which per-step rows come back (:class:`KeepSteps`), or
+#: True (all) / False (none).
+KeepArg = bool | KeepSteps
+
+
+def keep_of(keep_steps: KeepArg) -> KeepSteps:
+    """``keep_steps`` as a :class:`KeepSteps` (True: all, False: none)."""
+    if isinstance(keep_steps, KeepSteps):
+        return keep_steps
+    if isinstance(keep_steps, bool):
+        return KeepSteps.all() if keep_steps else KeepSteps.none()
+    raise TypeError(f"keep_steps must be True, False or a KeepSteps, got {keep_steps!r}")
+
 
 def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
-               keep_steps: bool = True, on_progress: Callable[[int], None] | None = None,
+               keep_steps: KeepArg = True,
+               on_progress: Callable[[int, float], None] | None = None,
                ) -> tuple[dict[str, Any], pd.DataFrame | None]:
     """Simulate ``exp`` under ``scheme``; returns (summary, per-step frame or None).
 
     A module-level function so joblib can send it to worker processes. The summary is
-    :func:`pagedsim.experiments.metrics.summarize` plus ``preempted_requests`` (requests preempted
-    at
-    least once; ``preemptions`` counts preemption events) and the experiment's
-    parameters. ``progress``: the simulator's own tqdm bar. ``on_progress(done)`` is
-    called with the number of requests done (finished or rejected) as the run advances,
-    at most every :data:`PROGRESS_EVERY_S` seconds of wall time, and once at the end
-    with all of them.
+    :func:`pagedsim.experiments.metrics.summarize` plus ``preempted_requests`` (requests
+    preempted at least once; ``preemptions`` counts preemption events) and the
+    experiment's parameters; it never depends on ``keep_steps``, which says which
+    per-step rows the frame holds (True: all, False: none, or a :class:`KeepSteps`: a
+    sample, one per span of simulated time). Requests are made, or read from the trace
+    file, as the run goes (:meth:`Experiment.iter_requests`).
+
+    ``progress``: the simulator's own tqdm bar. ``on_progress(done, simulated_s)`` is
+    called with the number of requests done (finished or rejected) and the simulated
+    clock as the run advances, at most every :data:`PROGRESS_EVERY_S` seconds of wall
+    time, and once at the end with all of them.
     """
+    keep = keep_of(keep_steps)
     sched = exp.scheduler_config()
     alloc = make_allocator(scheme, exp.capacity_slots(), exp.block_size, exp.max_model_len,
                            model=exp.model, max_num_seqs=sched.max_num_seqs)
-    requests = exp.requests()
-    on_step = None if on_progress is None else _step_counter(on_progress)
-    result = simulate(requests, alloc, exp.cost_model(), sched,
-                      scheme=scheme, progress=progress, on_step=on_step)
+    result = simulate(exp.iter_requests(), alloc, exp.cost_model(), sched,
+                      scheme=scheme, progress=progress, keep_steps=keep,
+                      num_requests=None if exp.is_trace else exp.num_requests,
+                      on_done=None if on_progress is None else _throttled(on_progress))
+    summary = summarize(result)
     if on_progress is not None:
-        on_progress(len(requests))
-    steps = result.steps()
-    summary = summarize(result, steps)
+        on_progress(int(summary["num_requests"]), float(summary["sim_time_s"]))
+    log = result.request_log
     # ``preemptions`` counts events; a request may be preempted several times.
-    k = REQUEST_COLUMNS.index("num_preemptions")
-    summary["preempted_requests"] = sum(1 for row in result.request_rows if row[k])
-    summary.update(block_size=exp.block_size, rate_per_s=exp.arrival_rate_per_s(requests),
+    summary["preempted_requests"] = int((log.column("num_preemptions") > 0).sum())
+    summary.update(block_size=exp.block_size,
+                   rate_per_s=exp.arrival_rate_per_s(log.column("arrival_s")),
                    n=exp.n, beam_width=exp.beam_width, preemption=exp.preemption,
                    workload=exp.workload, seed=exp.seed)
-    return summary, (steps if keep_steps else None)
+    return summary, (None if keep.kind == "none" else result.steps())
 
 
 #: Seconds of wall time between two progress reports of one run (:func:`run_scheme`).
 PROGRESS_EVERY_S = 0.25
 
 
-def _step_counter(report: Callable[[int], None]) -> Callable[[Any, Any], None]:
-    """An ``on_step`` hook for :func:`pagedsim.engine.simulator.simulate` that counts requests
-    finished or rejected and calls ``report(done)`` at most every
-    :data:`PROGRESS_EVERY_S` seconds."""
-    done = 0
+def _throttled(report: Callable[[int, float], None]) -> Callable[[int, float], None]:
+    """An ``on_done`` hook for :func:`pagedsim.engine.simulator.simulate` that passes
+    ``(done, simulated_s)`` on to ``report`` at most every :data:`PROGRESS_EVERY_S`
+    seconds of wall time."""
     last = time.monotonic()
 
-    def on_step(sched: Any, plan: Any) -> None:
-        nonlocal done, last
-        if plan.finished or plan.rejected:
-            done += len(plan.finished) + len(plan.rejected)
-            now = time.monotonic()
-            if now - last >= PROGRESS_EVERY_S:
-                last = now
-                report(done)
+    def on_done(done: int, simulated_s: float) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY_S:
+            last = now
+            report(done, simulated_s)
 
-    return on_step
+    return on_done

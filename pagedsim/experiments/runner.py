@@ -22,7 +22,8 @@ from ..memory.accounting import CATEGORIES
 from ..memory.schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
 from .dask_runner import active_runner
-from .run_one import PROGRESS_EVERY_S, run_scheme
+from .metrics import LATENCY_KEYS
+from .run_one import PROGRESS_EVERY_S, KeepArg, run_scheme
 from .spec import JSON_KEYS, PARTS, Experiment, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,8 +44,8 @@ def task_requests(tasks: Sequence[tuple[Experiment, str]]) -> list[int]:
             continue
         key = (exp.workload, exp.num_requests, exp.on_too_long, exp.skip_zero_output,
                exp.model)
-        if key not in counts:
-            counts[key] = len(replace(exp, rate_per_s=None).trace().requests)
+        if key not in counts:  # one pass over the file, keeping no request
+            counts[key] = replace(exp, rate_per_s=None).trace_scan().num_requests
         out.append(counts[key])
     return out
 
@@ -57,7 +58,7 @@ def _n_jobs(jobs: int | None, num_tasks: int) -> int:
 
 
 def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
-             progress: bool | None = None, desc: str = "runs", keep_steps: bool = False,
+             progress: bool | None = None, desc: str = "runs", keep_steps: KeepArg = False,
              ) -> list[tuple[dict[str, Any], pd.DataFrame | None] | None]:
     """Run every ``(experiment, scheme)`` task; results in task order.
 
@@ -69,8 +70,11 @@ def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
 
     ``progress`` (None = only when stderr is a terminal): one tqdm bar on stderr, shown
     after half a second, counting the requests finished over all tasks as the runs
-    advance (worker processes report through a multiprocessing manager's queue, every
-    :data:`PROGRESS_EVERY_S` s); on a Dask cluster it counts finished runs.
+    advance, with tqdm's estimate of the time left and the simulated time the slowest
+    run has reached (worker processes report through a multiprocessing manager's queue,
+    every :data:`PROGRESS_EVERY_S` s); on a Dask cluster it counts finished runs.
+    ``keep_steps``: :func:`run_scheme`'s (True: every step, False: none, or a
+    :class:`~pagedsim.engine.step_keep.KeepSteps`).
     """
     if progress is None:
         progress = sys.stderr.isatty()
@@ -103,9 +107,9 @@ def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
                                        for i, (e, s) in enumerate(tasks)):
                     out[i] = res
                     if queue is not None:
-                        queue.put((i, totals[i]))
+                        queue.put((i, totals[i], math.inf))
                     elif bar is not None:
-                        tally.set(i, totals[i])
+                        tally.set(i, totals[i], math.inf)
             finally:
                 if drain is not None:
                     queue.put(None)
@@ -131,21 +135,29 @@ def _bar(show: bool, total: int, desc: str, unit: str) -> Iterator[Any]:
 
 
 class _Tally:
-    """Requests done per task, summed into one bar (updated from one thread at a time)."""
+    """Requests done per task, summed into one bar, and the simulated time of the task
+    furthest behind beside it (updated from one thread at a time)."""
 
     def __init__(self, bar: Any, num_tasks: int) -> None:
         self.bar = bar
         self.done = [0] * num_tasks
+        self.simulated_s = [0.0] * num_tasks  # inf once a task is over
 
-    def set(self, i: int, done: int) -> None:
-        """Task ``i`` has ``done`` requests done (never goes back)."""
+    def set(self, i: int, done: int, simulated_s: float = math.nan) -> None:
+        """Task ``i`` has ``done`` requests done (never goes back) and has simulated
+        ``simulated_s`` seconds (inf: it is over)."""
+        if not math.isnan(simulated_s):
+            self.simulated_s[i] = simulated_s
         delta = done - self.done[i]
         if delta > 0 and self.bar is not None:
             self.done[i] = done
+            behind = min(self.simulated_s)
+            if math.isfinite(behind) and behind > 0:
+                self.bar.set_postfix_str(f"simulated {behind:,.0f} s", refresh=False)
             self.bar.update(delta)
 
-    def reporter(self, i: int) -> Callable[[int], None]:
-        return lambda done: self.set(i, done)
+    def reporter(self, i: int) -> Callable[[int, float], None]:
+        return lambda done, simulated_s: self.set(i, done, simulated_s)
 
     def drain(self, queue: Any) -> threading.Thread:
         """A thread applying ``(task, done)`` messages from ``queue`` until ``None``."""
@@ -165,9 +177,9 @@ class _QueueReport:
     def __init__(self, queue: Any, task: int) -> None:
         self.queue, self.task = queue, task
 
-    def __call__(self, done: int) -> None:
+    def __call__(self, done: int, simulated_s: float) -> None:
         try:
-            self.queue.put((self.task, done))
+            self.queue.put((self.task, done, simulated_s))
         except Exception:  # progress must never fail a run (the manager may be gone)
             pass
 
@@ -203,8 +215,11 @@ class Comparison:
 
 def compare(exp: Experiment, schemes: Sequence[str] = DEFAULT_SCHEMES,
             jobs: int | None = None, progress: bool | None = None,
-            keep_steps: bool = True, part: str = "saturated") -> Comparison:
-    """Replay ``exp``'s workload through each scheme; see :func:`shares_frame` for ``part``."""
+            keep_steps: KeepArg = True, part: str = "saturated") -> Comparison:
+    """Replay ``exp``'s workload through each scheme; see :func:`shares_frame` for ``part``.
+    ``keep_steps``: which per-step rows :attr:`Comparison.steps` holds (True: all; False:
+    none; or a :class:`~pagedsim.engine.step_keep.KeepSteps`); summaries never depend
+    on it."""
     import pandas as pd
 
     schemes = check_schemes(schemes)
@@ -236,9 +251,9 @@ def json_rows(cmp: Comparison) -> list[dict[str, Any]]:
     are fractions summing to 1), then which part they cover and a few more numbers."""
     df = shares_frame(cmp.summary, cmp.part)
     extra = ("part", "saturated_time_fraction", "sat_mean_batch_size", "requests_per_s",
-             "p50_normalized_latency_s", "p90_normalized_latency_s", "sharing_saving",
-             "swaps", "cow_copies", "num_steps", "makespan_s", "capacity_slots",
-             "preempted_requests", "prefix_queries", "prefix_hits")
+             "p50_normalized_latency_s", "p90_normalized_latency_s", *LATENCY_KEYS,
+             "sharing_saving", "swaps", "cow_copies", "num_steps", "makespan_s",
+             "capacity_slots", "preempted_requests", "prefix_queries", "prefix_hits")
     rows = []
     for rec in df.to_dict("records"):
         rows.append({k: _plain(rec[k]) for k in (*JSON_KEYS, *extra)})

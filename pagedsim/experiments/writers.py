@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..memory.accounting import CATEGORIES
 from ..paper import FIGURE2_SHARES, FIGURE13_RATE, paper_key
 from ..plots.palette import CATEGORY_SHORT, category_of
-from .metrics import SUMMARY_KEYS
+from .metrics import CSV_LEFT_OUT, SUMMARY_KEYS
 from .report import figures_readme
 from .runner import Comparison, compare, shares_frame
 from .spec import Experiment
@@ -65,7 +65,9 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
     ``<prefix>_steps.csv`` (per-step records of every scheme, thinned to ``max_step_rows``
     rows per scheme, see :func:`thin_steps`; 0 = all), ``<prefix>_shares.png`` (stacked
     share bars, the paper's Figure 2 beside them) and ``<prefix>_timeline_<scheme>.png``
-    (the pool over time) into ``out``; returns the paths written."""
+    (the pool over time, from the steps the run kept; its title says when they are a
+    sample) into ``out``; returns the paths written. The summary CSV leaves out
+    :data:`~pagedsim.experiments.metrics.CSV_LEFT_OUT` (the request latencies)."""
     import pandas as pd
 
     from ..plots.shares import share_bars
@@ -76,7 +78,7 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
     paths = []
     df = shares_frame(cmp.summary, cmp.part)
     cols = [*[k for k in SUMMARY_KEYS if k in df.columns], "part", *CATEGORIES]
-    cols += [c for c in df.columns if c not in cols]
+    cols += [c for c in df.columns if c not in cols and c not in CSV_LEFT_OUT]
     path = out / f"{prefix}_summary.csv"
     df[cols].to_csv(path, index=False)
     paths.append(path)
@@ -108,9 +110,14 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
     path = out / f"{prefix}_shares.png"
     _savefig(fig, path)
     paths.append(path)
+    totals = dict(zip(cmp.summary["scheme"], cmp.summary["num_steps"], strict=True))
     for name, s in cmp.steps.items():
         fig, ax = plt.subplots(figsize=(10, 6.2))  # the pool, then running and waiting
-        memory_timeline(s, ax=ax, title=f"KV pool over time: {name}")
+        title = f"KV pool over time: {name}"
+        total = int(totals.get(name, len(s)))
+        if len(s) < total:  # the run kept a sample of its steps: say so on the figure
+            title += f" (a sample: {len(s):,} of its {total:,} steps, each drawn as it was)"
+        memory_timeline(s, ax=ax, title=title)
         path = out / f"{prefix}_timeline_{name}.png"
         _savefig(fig, path)
         paths.append(path)
@@ -182,7 +189,7 @@ def write_sweep(name: str, df: pd.DataFrame, out: str | os.PathLike[str],
     out.mkdir(parents=True, exist_ok=True)
     _, ys, x, logx, by = SWEEPS[name]
     path = out / f"{prefix}_{name.replace('-', '_')}.csv"
-    df.to_csv(path, index=False)
+    df.drop(columns=[c for c in CSV_LEFT_OUT if c in df.columns]).to_csv(path, index=False)
     paths = [path]
     plt = _pyplot()
     for y in ys:
