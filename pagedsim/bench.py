@@ -6,7 +6,9 @@ free pairs (16-block prompts, half of the blocks cached) >= 100,000/s, a mixed s
 allocate / append / free at 1.0x or more of a lean list-and-dict allocator measured in the
 same run (:mod:`pagedsim.bench_mixed`), the paged scheduler
 through 20,000 ShareGPT-like requests in < 60 s. Timings are best-of-``repeats`` wall
-clock.
+clock. Last, the scale figure (:mod:`pagedsim.bench_scale`): requests per second and
+peak memory of ``pagedsim compare --schemes paged`` on 100,000 requests, in a fresh
+process (``--scale N`` for another size).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import time
 
 from .bench_mixed import mixed_report
+from .bench_scale import scale_report
 from .memory.contiguous import ContiguousAllocator
 from .memory.paged import PagedAllocator
 from .memory.prefix_cache import PrefixCachingAllocator
@@ -170,6 +173,9 @@ def bench_scheduler(num_requests: int = 20_000) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pagedsim.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+    parser.add_argument("--scale", type=int, default=None, metavar="N",
+                        help="requests of the scale figure (default 100,000; 1,000 with "
+                             "--quick; 0 skips it)")
     args = parser.parse_args(argv)
     k = 20 if args.quick else 1
     print(f"PagedAllocator.append_slot       {bench_append_slot(2_000_000 // k):>12,.0f} /s"
@@ -184,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     seconds, steps = bench_scheduler(n)
     print(f"paged scheduler, {n:,} ShareGPT-like requests: {seconds:.1f} s "
           f"({steps:,} steps; target < 60 s for 20,000)")
+    scale = args.scale if args.scale is not None else (1_000 if args.quick else 100_000)
+    if scale > 0:
+        print(scale_report(scale))
     return 0
 
 

@@ -7,6 +7,19 @@ def test_bench_quick_runs(capsys):
     assert main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "append_slot" in out and "scheduler" in out and "lean list+dict" in out
+    scale = next(line for line in out.splitlines() if line.startswith("compare --schemes"))
+    assert "1,000 requests" in scale and "requests/s" in scale and "peak memory" in scale
+
+
+def test_the_scale_figure_measures_a_fresh_process():
+    """The scale figure's child runs the command and reports its own peak memory."""
+    from pagedsim.bench_scale import bench_scale, compare_argv
+
+    assert compare_argv(50)[:5] == ["compare", "--schemes", "paged", "--num-requests", "50"]
+    r = bench_scale(50)
+    assert r["requests"] == 50 and r["seconds"] > 0
+    assert 20 * 2**20 < r["peak_bytes"] < 2**31  # a Python process with numpy and pandas
+    assert r["requests_per_s"] == r["requests"] / r["seconds"]
 
 
 def test_mixed_stream_is_one_stream_every_allocator_can_replay():
