@@ -25,6 +25,7 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from .mutants import get_mutant
 from .prefork import FIXED_ENV, Prefork
 from .requirements import lab_requirements
 from .results import LabResult, TaskScore
+from .signing import KEY_ENV, no_dumps, signed
 
 #: Files of a lab folder that never go into a grading or released copy.
 IGNORED = ("mutants.py", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
@@ -229,33 +231,40 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
     env.update(FIXED_ENV)
     env[RESULTS_ENV] = str(results)
     env[WORKER_ENV] = json.dumps(worker)
+    key = secrets.token_bytes(32)  # signs the records (pagedsim.labs.signing)
+    env[KEY_ENV] = key.hex()
     args = ["-q", "-p", "pagedsim.labs.plugin", "-p", "no:cacheprovider"]
     if importlib.util.find_spec("hypothesis") is not None:
         args += ["-p", "hypothesis.extra.pytestplugin"]
     args += [*extra, lab.test_file]
     note, status = "", 0
     log = results.with_suffix(".log")
-    if runner is None:
-        # pytest's output goes to a file (of which only the end is read), not to memory.
-        with open(log, "wb") as out:
-            try:
-                status = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=work,
-                                        env=env, stdout=out, stderr=subprocess.STDOUT,
-                                        timeout=timeout_s, stdin=subprocess.DEVNULL).returncode
-            except subprocess.TimeoutExpired:
-                status = -9
-    else:
-        status = runner.run(args, str(work), env, str(log), timeout_s)
+    with no_dumps():  # the key stays out of reach of the student's process
+        if runner is None:
+            # pytest's output goes to a file (of which only the end is read), not memory.
+            with open(log, "wb") as out:
+                try:
+                    status = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=work,
+                                            env=env, stdout=out, stderr=subprocess.STDOUT,
+                                            timeout=timeout_s, stdin=subprocess.DEVNULL
+                                            ).returncode
+                except subprocess.TimeoutExpired:
+                    status = -9
+        else:
+            status = runner.run(args, str(work), env, str(log), timeout_s)
     output = _tail(log)
     if status == -9:
         note = f"the graders ran longer than {timeout_s:g} s and were stopped"
-    records = []
+    records, forged = [], 0
     if results.is_file():
         for line in results.read_text(encoding="utf-8").splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a timeout
+            if not signed(record, key):
+                forged += 1  # not written by the graders (the student's process can,
+                continue  # where nothing confines it to its folder)
             # Paths inside the throw-away copy mean nothing to the reader: make them
             # relative to the lab folder.
             record["text"] = record.get("text", "").replace(f"{work}{os.sep}", "")
@@ -265,6 +274,9 @@ def _run_pytest(lab: LabInfo, work: Path, results: Path, timeout_s: float,
     if status not in (0, 1, -9) and not any(r.get("kind") == "error" for r in records):
         tail = "\n".join(output.strip().splitlines()[-15:]).replace(f"{work}{os.sep}", "")
         note = f"pytest exited with status {status}:\n{tail}"
+    if forged:
+        note = "\n".join(filter(None, [note, f"{forged} line(s) of the results file were not "
+                                        "the graders' (not signed) and were ignored"]))
     return records, note
 
 
@@ -280,8 +292,16 @@ def _tail(path: Path) -> str:
 
 def _score(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, records: list[dict],
            note: str, start: float) -> LabResult:
-    # One record per test id (the last wins, should a test ever be reported twice).
-    tests = list({r["nodeid"]: r for r in records if r.get("kind") == "test"}.values())
+    # One record per test id (the last wins, should a test ever be reported twice); a test
+    # the plugin collected but whose record is missing (a run cut short, or records
+    # deleted) counts as failed.
+    by_id = {r["nodeid"]: r for r in records if r.get("kind") == "test"}
+    for collected in [r for r in records if r.get("kind") == "collected"][-1:]:
+        for nodeid, marker in collected.get("tests", {}).items():
+            by_id.setdefault(nodeid, {"nodeid": nodeid, "marker": marker, "outcome": "failed",
+                                      "text": "no result was recorded (the run stopped "
+                                              "before this test ended)"})
+    tests = list(by_id.values())
     errors = tuple(r["text"] for r in records if r.get("kind") == "error")
     scores = []
     for task in selected:

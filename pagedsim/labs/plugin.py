@@ -12,7 +12,9 @@ Run from a lab folder (the folder holding ``lab.json``), it
    ``test`` record per test (node id, task marker, outcome ``passed`` / ``failed`` /
    ``skipped``, a short failure text, duration in seconds) as each test finishes, so a
    run stopped by a timeout still leaves what it did; an ``error`` record per collection
-   error or refused test.
+   error or refused test; a ``collected`` record listing every test it will run; with
+   ``$PAGEDSIM_LABS_KEY`` (set by :func:`pagedsim.labs.grade`), each record signed
+   (:mod:`pagedsim.labs.signing`) and this process made non-dumpable.
 
 Outside a lab folder (no ``lab.json`` in the working directory) it does nothing.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from .meta import RESULTS_ENV, WORKER_ENV
+from .signing import KEY_ENV, make_undumpable, sign
 
 #: Longest failure text kept per test (characters); the grader's output stays readable.
 MAX_TEXT = 1500
@@ -39,8 +42,9 @@ _state: dict = {"markers": {}, "item_markers": {}, "outcomes": {}}
 def _write(record: dict) -> None:
     path = _state.get("results")
     if path:
+        key = _state.get("key")
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(sign(record, key) if key else record) + "\n")
 
 
 def _lab_markers() -> dict[str, str]:
@@ -60,8 +64,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # Taken out of the environment, so that the code under test (and any process it
     # starts) does not see where the results go.
     _state["results"] = os.environ.pop(RESULTS_ENV, None)
+    # The run's key signs every record (pagedsim.labs.signing); no other process of this
+    # user may read it from here (nor this process's memory) from now on.
+    key = os.environ.pop(KEY_ENV, None)
+    _state["key"] = bytes.fromhex(key) if key else None
+    if key:
+        make_undumpable()
     _state["outcomes"] = {}
     _state["item_markers"] = {}
+    _state["refused"] = False
     for marker, title in _state["markers"].items():
         config.addinivalue_line("markers", f"{marker}: lab task: {title}")
     if _state["markers"]:
@@ -204,9 +215,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             _state["item_markers"][item.nodeid] = names.pop()
     for problem in problems:
         _write({"kind": "error", "nodeid": "", "text": problem})
+    _state["refused"] = bool(problems)  # then nothing runs (and nothing is collected)
     if problems:
         raise pytest.UsageError(problems[0] + (f" (and {len(problems) - 1} more)"
                                                if len(problems) > 1 else ""))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Every test this run will run, with its task: grading counts a test whose record is
+    missing as failed (so deleting records gains nothing)."""
+    if _state["markers"] and not _state.get("refused"):
+        _write({"kind": "collected", "tests": {
+            item.nodeid: _state["item_markers"].get(item.nodeid, "") for item in session.items}})
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
