@@ -123,8 +123,9 @@ def bench_prefix_allocate_free(num_ops: int = 100_000, repeats: int = 3,
 
 
 def prefix_report(num_ops: int) -> str:
-    """The benchmark's prefix-cache lines: pairs per second with chains memoized (the
-    target's figure) and with every request new (its chain hashed in the timed loop)."""
+    """The benchmark's prefix-cache lines: pairs per second with chains kept with each
+    request (the target's figure) and with every request new (its chain hashed in the
+    timed loop)."""
     rate, hit = bench_prefix_allocate_free(num_ops)
     fresh, _ = bench_prefix_allocate_free(num_ops, fresh=True)
     return (f"PrefixCaching lookup+alloc+free {rate:>12,.0f} /s   (16-block prompt, {hit:.0%} "
