@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,11 +27,11 @@ FORBIDDEN = ROOT / "pagedsim" / "models" / "budget.py"
 
 # Run in the confined process: confine, then try what a cheat would; print what happened.
 _PROBE = r'''
-import importlib.util, json, os, sys
+import importlib.util, json, os, socket, sys
 spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
 sandbox = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sandbox)
-work, private, reference, forbidden, allowed = sys.argv[2:7]
+work, private, reference, forbidden, allowed, port = sys.argv[2:8]
 notes = sandbox.confine(__import__("pathlib").Path(work), 2**30, 60, ("pagedsim.models.budget",))
 seen = {"notes": notes, "uid": os.getuid()}
 def attempt(name, action):
@@ -45,22 +46,34 @@ attempt("read_reference", lambda: open(reference).read())
 attempt("read_forbidden", lambda: open(forbidden).read())
 attempt("read_allowed", lambda: open(allowed).read())
 attempt("signal_parent", lambda: os.kill(os.getppid(), 0))
+attempt("udp_out", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
+    b"out", ("127.0.0.1", int(port))))
 print(json.dumps(seen))
 '''
 
 
 def _probe(python: str, tmp_path: Path) -> dict:
+    """What the confined probe could do; ``udp_received``: whether its datagram to this
+    process's loopback arrived."""
     work = tmp_path / "work"
     private = tmp_path / "private"
     work.mkdir()
     private.mkdir(mode=0o700)
-    proc = subprocess.run(
-        [python, "-c", _PROBE, str(SANDBOX), str(work), str(private), str(REFERENCE),
-         str(FORBIDDEN), str(ROOT / "pagedsim" / "units.py")],
-        capture_output=True, text=True, timeout=120, cwd=work,
-        env={"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(0.5)
+        proc = subprocess.run(
+            [python, "-c", _PROBE, str(SANDBOX), str(work), str(private), str(REFERENCE),
+             str(FORBIDDEN), str(ROOT / "pagedsim" / "units.py"),
+             str(listener.getsockname()[1])],
+            capture_output=True, text=True, timeout=120, cwd=work,
+            env={"PATH": os.environ.get("PATH", ""), "PYTHONDONTWRITEBYTECODE": "1"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        try:
+            received = listener.recv(16) == b"out"
+        except OSError:  # nothing within the timeout
+            received = False
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "udp_received": received}
 
 
 def _landlock(notes: list[str]) -> bool:
@@ -78,6 +91,51 @@ def test_landlock_keeps_the_worker_to_its_folder(tmp_path: Path) -> None:
     assert seen["read_forbidden"] == "PermissionError", seen  # pagedsim/models/budget.py
     if "no signals out" in " ".join(seen["notes"]):
         assert seen["signal_parent"] == "PermissionError", seen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_the_worker_has_no_network(tmp_path: Path) -> None:
+    """A network namespace of its own: even UDP, which Landlock does not know, leaves
+    nothing (the probe's datagram to this process's loopback never arrives)."""
+    seen = _probe(sys.executable, tmp_path)
+    if not any(n.startswith("network: none") for n in seen["notes"]):
+        pytest.skip(f"no network namespace here: {seen['notes']}")
+    assert seen["udp_out"] != "ok" and not seen["udp_received"], seen
+
+
+# As a non-root user (nobody, from root: this Python may not be readable by nobody, so
+# the process forks after loading what it needs instead of starting afresh): the network
+# is cut off in a user namespace of its own, and the user's own files stay readable.
+_NON_ROOT = r'''
+import ctypes, importlib.util, json, os, socket, sys
+spec = importlib.util.spec_from_file_location("sandbox", sys.argv[1])
+sandbox = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sandbox)
+if os.geteuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # dumpable, as a process started by its user is
+note = sandbox._no_network()
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"out", ("127.0.0.1", 9))
+    udp = "ok"
+except OSError as exc:
+    udp = type(exc).__name__
+print(json.dumps({"note": note, "udp": udp, "read": len(open(sys.argv[2], "rb").read())}))
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_without_root_the_network_is_cut_off_in_a_user_namespace() -> None:
+    proc = subprocess.run([sys.executable, "-c", _NON_ROOT, str(SANDBOX),
+                           str(ROOT / "pagedsim" / "units.py")],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not seen["note"].startswith("network: none"):
+        pytest.skip(f"this kernel lets no user make a user namespace: {seen['note']}")
+    assert "user and network namespaces" in seen["note"], seen
+    assert seen["udp"] == "OSError" and seen["read"] > 0, seen
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")

@@ -6,12 +6,14 @@ measure saying whether it applied (the grader prints them with ``--verbose`` and
 
 1. resource limits: address space for data (``RLIMIT_DATA``), CPU seconds, the size of a
    file written, no core files;
-2. Landlock (Linux >= 5.13, unprivileged): the process may read only Python's own files,
+2. no network: a network namespace of its own (:func:`_no_network`; without root, inside
+   a user namespace, where the kernel allows them);
+3. Landlock (Linux >= 5.13, unprivileged): the process may read only Python's own files,
    the installed packages and pagedsim's modules that the lab does not forbid, and write
    only in its own folder; no TCP (Landlock ABI >= 4); no signals to, nor ptrace of,
    processes outside it (ABI >= 6 for signals). The labs folder (the reference solutions),
    the grading folder and the results are outside what it may open;
-3. when run as root (Gradescope runs the autograder so): the process becomes an
+4. when run as root (Gradescope runs the autograder so): the process becomes an
    unprivileged user (``$PAGEDSIM_LABS_USER``, default ``nobody``), so that it cannot
    write the results nor read files only root may read; skipped, and said so, when no such
    user exists or Python's own files are not readable by it.
@@ -35,6 +37,7 @@ _WRITE_FILE = 1 << 1
 _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same on x86-64 and arm64
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 
 
 def confine(workdir: Path, memory_bytes: int, cpu_s: int, forbidden: tuple[str, ...],
@@ -44,6 +47,7 @@ def confine(workdir: Path, memory_bytes: int, cpu_s: int, forbidden: tuple[str, 
     user = _user_to_become()
     if isinstance(user, pwd.struct_passwd):
         os.chown(workdir, user.pw_uid, user.pw_gid)
+    notes.append(_no_network())  # before Landlock, which would refuse /proc/self/uid_map
     notes.append(_landlock(workdir, forbidden))
     if isinstance(user, pwd.struct_passwd):
         os.setgroups([])
@@ -54,6 +58,35 @@ def confine(workdir: Path, memory_bytes: int, cpu_s: int, forbidden: tuple[str, 
         notes.append(user)
     _die_with_parent()
     return notes
+
+
+def _no_network() -> str:
+    """A network namespace of its own: no interface but a loopback that is down, so that
+    nothing (TCP, UDP, DNS) leaves the process, even where Landlock is missing (or knows
+    only TCP). As root that is one ``unshare``; without root, a user namespace with it
+    (the same user inside, mapped to itself), where the kernel lets users make them."""
+    if not sys.platform.startswith("linux"):
+        return "network: not Linux, the worker may connect where its user may"
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        uid, gid = os.getuid(), os.getgid()
+        flags = _CLONE_NEWNET | (_CLONE_NEWUSER if os.geteuid() != 0 else 0)
+        if libc.unshare(ctypes.c_int(flags)) != 0:
+            return (f"network: not cut off (unshare refused, errno {ctypes.get_errno()}), "
+                    "the worker may connect where its user may")
+    except (OSError, AttributeError):
+        return "network: not cut off (no unshare), the worker may connect where its user may"
+    if flags & _CLONE_NEWUSER:
+        try:  # the same user inside (else it reads as nobody there; access is unchanged)
+            for name, line in (("uid_map", f"{uid} {uid} 1"), ("setgroups", "deny"),
+                               ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "wb") as f:
+                    f.write(line.encode())
+        except OSError as exc:
+            return (f"network: none (user and network namespaces of its own; its user not "
+                    f"mapped inside: {exc.strerror})")
+        return "network: none (user and network namespaces of its own)"
+    return "network: none (a network namespace of its own)"
 
 
 def _limits(memory_bytes: int, cpu_s: int, file_bytes: int) -> str:
