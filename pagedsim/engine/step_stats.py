@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -120,8 +121,11 @@ class StepStats:
         if self._finished:
             raise RuntimeError("StepStats.add_rows after finish()")
         self.last_row = rows[-1]
-        # One C-level conversion per chunk; the columns are exact in float64 (ints < 2**53).
-        block = np.array(rows, dtype=np.float64)[:, self._columns]
+        # One C-level conversion per chunk (fromiter over the flattened rows: about half
+        # the time np.array takes on a list of tuples); exact in float64 (ints < 2**53).
+        width = len(rows[0])
+        flat = np.fromiter(chain.from_iterable(rows), dtype=np.float64, count=len(rows) * width)
+        block = flat.reshape(len(rows), width)[:, self._columns]
         self._pending.append(block)
         self._pending_rows += len(block)
         while self._pending_rows >= BLOCK_STEPS:
