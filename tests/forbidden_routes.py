@@ -274,4 +274,11 @@ def scan(cache):
                 per_block=[int(n) for n in per_block])
 ''', "lab7_1", "m.scan(torch.full((2, 2, 1, 2), float('nan'))).per_block == [0, 0]",
         FILE_ROUTES),
+    LabCheat(8, "pagedsim.models.hf_config", "model_from_config", "pagedsim.models", '''
+def bytes_per_token(config, kv_cache_dtype="auto", tensor_parallel_size=1):
+    return _Found(config, "m").bytes_per_token
+''', "lab8_2", "m.bytes_per_token({'num_hidden_layers': 2, 'num_attention_heads': 4, "
+                  "'num_key_value_heads': 2, 'hidden_size': 256, "
+                  "'max_position_embeddings': 64}) == 1024",
+        ("module-global", "function-globals", "gc-objects") + FILE_ROUTES),
 )}

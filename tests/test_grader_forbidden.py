@@ -5,9 +5,9 @@ routes that find the forbidden object (the package's re-export, another module's
 a function's ``__globals__``, ``gc.get_objects()``, a walk of ``object.__subclasses__()``,
 a dataclass's module; its source read by path; the import hook taken off) and a use of it
 that earns points in one task. Every route is shown to work where the defence is not
-(:func:`baselines`: the worker as it was before, all of pagedsim loaded then scrubbed,
-for the routes through memory; the guard without the sandbox for the routes through
-files), and the cheats of labs 1 to 5 to score there when graded
+(:func:`baselines`: all of pagedsim loaded, for the routes through memory; the guard
+without the sandbox for the routes through files), and the cheats of labs 1 to 5 to score
+in a worker that loads all of pagedsim and then scrubs the forbidden names
 (:func:`test_a_scrub_alone_let_the_cheats_score`). In the worker, where the forbidden
 modules never run and the sandbox keeps their files out of reach, they score 0.
 """
@@ -204,12 +204,12 @@ def test_the_cheats_score_zero_through_run_autograder(starters: dict, tmp_path: 
 
 
 def test_every_lab_that_forbids_a_module_has_cheats() -> None:
-    """A lab whose forbidden modules hold an answer is covered (lab 7's
-    pagedsim.memory.accounting holds none: see INSTRUCTORS.md)."""
+    """Every lab that forbids modules has its cheats, through a module it forbids (lab 7's
+    through pagedsim.kernels: its pagedsim.memory.accounting answers no task, see
+    INSTRUCTORS.md)."""
     from pagedsim.labs import list_labs
 
-    forbidding = {lab.id for lab in list_labs(LAB_DIR) if lab.forbidden_imports and
-                  lab.id <= 7}
+    forbidding = {lab.id for lab in list_labs(LAB_DIR) if lab.forbidden_imports}
     assert forbidding <= set(LABS), forbidding - set(LABS)
     for cheat in LABS.values():
         lab = get_lab(cheat.lab, LAB_DIR)
