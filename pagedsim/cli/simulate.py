@@ -96,9 +96,10 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                         f"{paper.name}' shows the arithmetic). The flags below override "
                         f"its parts")
     p.add_argument("--model", default=None, metavar="NAME|CONFIG", type=model_arg,
-                   help=f"{MODEL_HELP} (default the preset's, {paper.model}); sliding-window "
-                        "and hybrid models are simulated as all full attention for now "
-                        "(issue 24), MLA models by their latent")
+                   help=f"{MODEL_HELP} (default the preset's, {paper.model}); MLA models "
+                        "by their latent; a model with sliding-window layers runs, by "
+                        "default, as all full attention and under vLLM v1's hybrid "
+                        "manager (schemes all-full and hybrid)")
     p.add_argument("--gpu", default=None, metavar="NAME", type=preset("gpu", GPUS),
                    help=f"GPU preset, one of: {', '.join(GPUS)}, any case (default the "
                         f"preset's, {paper.gpu})")
@@ -328,7 +329,7 @@ def _check_schemes(names: Sequence[str]) -> tuple[str, ...]:
 #: What each command writes in ``--out`` (glob patterns), checked before the run.
 OUTPUTS = {
     "compare": ("compare_summary.csv", "compare_steps.csv", "compare_shares.png",
-                "compare_timeline_*.png"),
+                "compare_timeline_*.png", "compare_hybrid_groups*"),
     "sweep": ("sweep_*.csv", "sweep_*.png"),
     "figures": ("compare_*.csv", "compare_*.png", "sweep_*.csv", "sweep_*.png", "README.md"),
 }
@@ -360,7 +361,7 @@ def _report_written(args: argparse.Namespace, paths: Sequence[object]) -> None:
 
 def add_compare(subparsers: argparse._SubParsersAction) -> None:
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
-    from ..memory.schemes import DEFAULT_SCHEMES
+    from ..memory.schemes import DEFAULT_SCHEMES, HYBRID_DEFAULT_SCHEMES
 
     p = subparsers.add_parser(
         "compare",
@@ -379,9 +380,11 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
     )
     add_experiment_options(p, OptionDefaults("compare", "sharegpt", DEFAULT_NUM_REQUESTS,
                                              DEFAULT_RATE, "recompute"))
-    p.add_argument("--schemes", type=csv_list(str), default=list(DEFAULT_SCHEMES),
-                   metavar="LIST",
-                   help=f"comma-separated schemes (default {','.join(DEFAULT_SCHEMES)}); "
+    p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",
+                   help=f"comma-separated schemes (default {','.join(DEFAULT_SCHEMES)}; for "
+                        f"a model with sliding-window layers {','.join(HYBRID_DEFAULT_SCHEMES)}"
+                        ", which also writes compare_hybrid_groups*: the blocks of each "
+                        "KV-cache group and those given up behind the window); "
                         "'pagedsim schemes' lists them all")
     p.add_argument("--part", choices=("saturated", "all"), default="saturated",
                    help="shares over the saturated steps (requests waiting; the default, as "
@@ -409,6 +412,8 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from ..experiments import compare, compare_table, json_rows, write_compare
+    from ..experiments.hybrid_report import write_hybrid_groups
+    from ..memory.schemes import default_schemes
 
     if args.max_step_rows < 0:
         raise CliError(f"argument --max-step-rows: must be >= 0 (0 = every step), "
@@ -418,8 +423,9 @@ def run_compare(args: argparse.Namespace) -> int:
                        "kept; drop --keep-steps or --no-write")
     keep = (KeepSteps.none() if args.no_write else
             args.keep_steps or KeepSteps.sample(DEFAULT_KEEP_STEPS))
-    schemes = _check_schemes(args.schemes)
+    named = None if args.schemes is None else _check_schemes(args.schemes)
     exp = experiment(args)
+    schemes = named or default_schemes(exp.model)
     report = check_trace(exp)
     _check_out(args)
     _say_start(args, "compare", len(schemes), exp, "one per scheme")
@@ -432,6 +438,10 @@ def run_compare(args: argparse.Namespace) -> int:
         print(compare_table(cmp, workload_report=report))
     if not args.no_write:
         _report_written(args, write_compare(cmp, args.out, max_step_rows=args.max_step_rows))
+        paths, lines = write_hybrid_groups(exp, schemes, args.out)
+        for line in lines:
+            print(line, file=sys.stderr if args.json else sys.stdout)
+        _report_written(args, paths)
     return 0
 
 

@@ -44,8 +44,10 @@ class KVCopy(NamedTuple):
 
 
 #: ``append_slot`` returns ``(slot, copy)``: the physical slot the new token's K/V
-#: goes into, and the copy-on-write copy to carry out *before* writing it (or None).
-AppendResult = tuple[int, "KVCopy | None"]
+#: goes into, and the copy-on-write copy to carry out *before* writing it (or None). A
+#: scheme with several KV-cache groups (the hybrid manager) copies the shared last block
+#: of each group: a list of copies then, and ``slot`` is the token's slot in group 0.
+AppendResult = tuple[int, "KVCopy | list[KVCopy] | None"]
 
 
 @dataclass(slots=True)

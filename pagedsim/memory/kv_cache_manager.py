@@ -120,7 +120,10 @@ class KVCacheManager:
             for seq_id in seq_ids:
                 slot, copy = append(seq_id)
                 if copy is not None:
-                    copies.append(copy)
+                    if type(copy) is list:  # the hybrid manager: a copy per KV-cache group
+                        copies.extend(copy)
+                    else:
+                        copies.append(copy)
                 slots.append(slot)
             return Grant(copies, slots, [])
         if len(seq_ids) != 1:

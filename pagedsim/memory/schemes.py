@@ -27,6 +27,8 @@ from ..models.specs import ModelSpec, get_model
 from ..validate import check_int
 from .base import Allocator
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
+from .hybrid import HybridAllocator
+from .hybrid_groups import hybrid_layout
 from .paged import PagedAllocator
 from .prefix_cache import PrefixCachingAllocator
 from .radix import RadixAllocator
@@ -34,6 +36,9 @@ from .radix_lfu import lfu
 from .vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator
 
 DEFAULT_SCHEMES = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged")
+#: ``pagedsim compare``'s schemes for a model with sliding-window layers: the model as all
+#: full attention, and as vLLM v1's hybrid manager serves it (same bytes, same requests).
+HYBRID_DEFAULT_SCHEMES = ("all-full", "hybrid")
 DEFAULT_PLACEMENT = "buddy"
 VIEWS = ("blocks", "arena")
 
@@ -79,7 +84,7 @@ class Scheme:
 
     name: str
     description: str
-    family: str  # "paged" | "contiguous" | "vattention": the KV-cache class that mirrors it
+    family: str  # "paged" | "contiguous" | "vattention" | "hybrid": the KV cache mirroring it
     view: str  # "blocks" | "arena": how its snapshot is drawn
     build: Callable[[PoolSpec], Allocator]
     paper_key: str | None = None
@@ -133,6 +138,17 @@ def make_allocator(scheme: str, capacity_slots: int, block_size: int = 16,
     if getattr(alloc, "max_model_len", None) is None:
         alloc.max_model_len = max_model_len
     return alloc
+
+
+def default_schemes(model: ModelSpec | str) -> tuple[str, ...]:
+    """The schemes ``pagedsim compare`` runs when none are named: for a model with
+    sliding-window layers :data:`HYBRID_DEFAULT_SCHEMES` (where contiguous reservation of
+    its long context would admit a request or two at a time), else
+    :data:`DEFAULT_SCHEMES`, the vLLM paper's."""
+    spec = get_model(model) if isinstance(model, str) else model
+    if any(layer.kind == "sliding" for layer in spec.kv_layers):
+        return HYBRID_DEFAULT_SCHEMES
+    return DEFAULT_SCHEMES
 
 
 def register_kv_cache(family: str, cls: type) -> None:
@@ -234,3 +250,30 @@ for _suffix, _page_bytes in PAGE_BYTES_OPTIONS.items():
         _name, f"vAttention: a virtual region per request, physical pages of "
         f"{_page_bytes // 1024:,} KiB per layer and K/V tensor mapped on demand",
         "vattention", "blocks", _vattention(_page_bytes, _name)))
+
+
+def _hybrid(name: str, prefix_cache: bool, hybrid: bool) -> Callable[[PoolSpec], Allocator]:
+    def build(pool: PoolSpec) -> HybridAllocator:
+        # The same bytes as the all-full-attention pool of capacity_slots tokens, laid out
+        # as vLLM lays them out for this model (its KV-cache groups, its block count).
+        model = pool.need_model(name)
+        layout = hybrid_layout(model, pool.capacity_slots * model.bytes_per_token,
+                               pool.block_size, hybrid=hybrid,
+                               max_model_len=pool.max_model_len)
+        return HybridAllocator(layout.num_blocks, pool.block_size, layout.groups,
+                               prefix_cache, kind=name)
+    return build
+
+
+register(Scheme(
+    "hybrid", "vLLM v1's hybrid KV-cache manager: the model's KV-cache groups (full, "
+    "sliding window) share one block pool; a sliding group frees blocks behind its window",
+    "hybrid", "blocks", _hybrid("hybrid", False, True)))
+register(Scheme(
+    "hybrid-prefix-cache", "the hybrid manager with prefix caching: blocks named per group, "
+    "a hit is the longest prefix every group holds (a sliding group: its last window)",
+    "hybrid", "blocks", _hybrid("hybrid-prefix-cache", True, True)))
+register(Scheme(
+    "all-full", "the hybrid manager switched off (vLLM's --disable-hybrid-kv-cache-manager): "
+    "every sliding-window layer kept as a full one, one KV-cache group", "hybrid", "blocks",
+    _hybrid("all-full", False, False)))

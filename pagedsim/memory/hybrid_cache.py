@@ -1,0 +1,167 @@
+"""Prefix caching over KV-cache groups, as vLLM v1's hybrid coordinator does it.
+
+Every group keeps its own K/V, so a full block is named per group: by ``(group, chained
+hash)`` in the one pool's hash map (vLLM's ``BlockHashWithGroupId``). A cached prefix is
+usable only if *every* group holds what it needs of it:
+
+* a **full-attention** group needs every block of the prefix: its own hit is the longest
+  run of cached blocks from the start;
+* a **sliding-window** group of window ``W`` needs only the last
+  ``ceil((W - 1) / block_size)`` blocks before the hit's end (the first computed token
+  reads ``W - 1`` tokens back), or every block of a hit shorter than that: its hit is
+  the longest prefix length that ends such a run (vLLM's right-to-left search);
+
+and the hit is the **intersection**: the longest length valid for every group
+(:meth:`HybridCache.hit_blocks`). Shortening a hit can invalidate a sliding group's (its
+run must end where the hit ends), so the search repeats until no group shortens it
+further; each pass only lowers it to a length some group accepts, so it stops at the
+longest one all accept. A sliding group's table starts with null entries up to its
+run, which are never held. Blocks a window leaves behind keep their names in the pool,
+so a later request's sliding groups can still hit them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..workloads.block_hashes import BlockHashes, branch_of
+from .base import SeqId
+from .hybrid_groups import NULL_BLOCK, HybridSeq
+
+
+class HybridCache:
+    """The prefix-cache policy of a :class:`~.hybrid.HybridAllocator` (see the module)."""
+
+    def __init__(self, alloc) -> None:
+        self.alloc, self.pool, self.block_size = alloc, alloc.pool, alloc.block_size
+        bs = self.block_size
+        #: Blocks a hit needs before its end, per group (None: all of them, full attention).
+        self.run_blocks = [None if g.window is None else -(-(g.window_tokens - 1) // bs)
+                           for g in alloc.groups]
+
+    # ------------------------------------------------------------- hits
+    def group_hit(self, group: int, chain: list, most: int) -> int:
+        """One group's own longest hit, in blocks, at most ``most`` (``chain``: the
+        sequence's block hashes)."""
+        cached, need = self.pool.cached, self.run_blocks[group]
+        if need is None:  # full attention: the cached run from the start
+            k = 0
+            while k < most and (group, chain[k]) in cached:
+                k += 1
+            return k
+        if need == 0:  # a window of one token reads nothing before itself
+            return most
+        run = 0
+        for i in range(most - 1, -1, -1):  # right to left: the first long enough run wins
+            if (group, chain[i]) in cached:
+                run += 1
+                if run >= need:
+                    return i + need
+            else:
+                run = 0
+        return run  # the run from block 0, shorter than ``need``: valid all the same
+
+    def hit_blocks(self, chain: list, most: int) -> int:
+        """The longest hit, in blocks (at most ``most``), that every group accepts."""
+        k = most
+        for g, need in enumerate(self.run_blocks):
+            if need is None:  # a full group's hit is a prefix: shorter ones stay valid
+                k = self.group_hit(g, chain, k)
+        changed = True
+        while k and changed:
+            changed = False
+            for g, need in enumerate(self.run_blocks):
+                if need is not None and (kg := self.group_hit(g, chain, k)) < k:
+                    k, changed = kg, True
+        return k
+
+    def lookup(self, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
+        """Tokens of a new ``num_tokens``-token sequence every group holds now (whole
+        blocks, at most ``num_tokens - 1``: the last prompt token is always computed)."""
+        bs = self.block_size
+        most = max(num_tokens - 1, 0) // bs
+        if not most or not self.pool.cached:
+            return 0
+        return self.hit_blocks(content.chain(branch_of(seq_id), num_tokens // bs), most) * bs
+
+    # -------------------------------------------------------- admission
+    def plan(self, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
+        """Per sequence ``(hit blocks k, per group (first held index, hit blocks), chain)``
+        and the blocks the admission takes from the free queue (new ones, and hits nobody
+        holds); changes nothing."""
+        bs, pool, ref = self.block_size, self.pool, self.alloc._ref
+        n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs
+        plans, from_queue, touched = [], 0, set()
+        for seq_id in seq_ids:
+            chain = content.chain(branch_of(seq_id), num_tokens // bs)
+            k = self.hit_blocks(chain, most) if most and pool.cached else 0
+            hits = []
+            for g, need in enumerate(self.run_blocks):
+                lo = 0 if need is None else max(0, k - need)
+                blocks = [pool.cached[(g, chain[j])] for j in range(lo, k)]
+                for b in blocks:
+                    if not ref[b] and b not in touched:  # it leaves the free queue
+                        touched.add(b)
+                        from_queue += 1
+                hits.append((lo, blocks))
+            from_queue += (n - k) * len(self.run_blocks)
+            plans.append((k, hits, chain))
+        return plans, from_queue
+
+    def admit(self, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
+              content: BlockHashes, plans) -> None:
+        """Carry out a plan that fits: every hit held first (no new block may evict one),
+        then new blocks, each full one named for its group as it is taken."""
+        alloc, bs = self.alloc, self.block_size
+        n, ref = -(-num_tokens // bs), alloc._ref
+        for _, hits, _ in plans:
+            for g, (_, blocks) in enumerate(hits):
+                for b in blocks:
+                    if not ref[b]:
+                        self.pool.touch(b)
+                        alloc.group_blocks[g] += 1
+                    elif ref[b] == 1:
+                        alloc._num_shared_blocks += 1
+                    ref[b] += 1
+        for seq_id, (k, hits, chain) in zip(seq_ids, plans, strict=True):
+            tables, first = [], []
+            for g, (lo, blocks) in enumerate(hits):
+                names = [(g, h) for h in chain[k:]]
+                tables.append([NULL_BLOCK] * lo + blocks + alloc._take(n - k, g, names))
+                first.append(lo)
+                alloc._num_logical_blocks += n - lo
+            alloc._seqs[seq_id] = HybridSeq(tables, first, num_tokens, final_len, content,
+                                            branch_of(seq_id), list(chain), k * bs)
+
+    # ------------------------------------------------------------ naming
+    def filled(self, seq: HybridSeq, index: int, h: object = None) -> None:
+        """Block ``index`` of ``seq`` is full: name it by its hash in every group that
+        holds it (a hit or a block shared with a sibling is named already)."""
+        if h is None:
+            h = seq.content.next_hash(seq.branch, seq.hashes)
+            seq.hashes.append(h)
+        names = self.pool.hashes
+        for g, table in enumerate(seq.tables):
+            b = table[index]
+            if b != NULL_BLOCK and names[b] is None:
+                self.pool.cache_block(b, (g, h))
+
+    def swapped_in(self, seq: HybridSeq, hashes: list) -> None:
+        """A sequence back from the CPU: its full blocks are named again."""
+        seq.hashes = list(hashes)
+        for j, h in enumerate(hashes):
+            self.filled(seq, j, h)
+
+    def check(self) -> None:
+        """Every full block a sequence with content holds is named for its group."""
+        names, bs = self.pool.hashes, self.block_size
+        for seq_id, seq in self.alloc._seqs.items():
+            if seq.content is None:
+                continue
+            assert len(seq.hashes) == seq.num_tokens // bs, f"{seq_id!r}: names != blocks"
+            for g, table in enumerate(seq.tables):
+                for j, h in enumerate(seq.hashes):
+                    b = table[j]
+                    assert b == NULL_BLOCK or names[b] == (g, h), (
+                        f"sequence {seq_id!r}: group {g} block {j} ({b}) is named "
+                        f"{names[b]}, not {(g, h)}")
