@@ -74,10 +74,12 @@ class SequenceGroup:
         """Tokens still to prefill (a chunked prefill's next chunks); 0: decoding."""
         return max(self.prefill_end_tokens - self.num_computed_tokens, 0)
 
-    @property
-    def width(self) -> int:
-        """Sequences the group runs as once it is past its prefill."""
-        return max(self.request.n, self.request.beam_width)
+    #: Sequences the group runs as once it is past its prefill (its request's ``n`` or
+    #: ``beam_width``; a field, not a property: the scheduler reads it every step).
+    width: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.width = max(self.request.n, self.request.beam_width)
 
     @property
     def kv_final_len(self) -> int:

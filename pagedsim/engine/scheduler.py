@@ -233,8 +233,9 @@ class Scheduler:
         victims: list[SequenceGroup] = []
         while queue:
             group = queue.popleft()
-            chunk = group.prefill_left  # > 0: the next chunk of a chunked prefill
-            if chunk:
+            # > 0: the next chunk of a chunked prefill (``prefill_left``, inlined: hot path)
+            chunk = group.prefill_end_tokens - group.num_computed_tokens
+            if chunk > 0:
                 want = chunk if budget is None else min(chunk, budget)
             else:
                 want = len(group.seq_ids)
@@ -242,7 +243,7 @@ class Scheduler:
                 self.running.append(group)  # no budget left this step: it waits
                 continue
             # A chunk: ``want`` tokens of its one sequence; a decode: one token each.
-            while (grant := allocate(group.seq_ids, want if chunk else 1)) is None:
+            while (grant := allocate(group.seq_ids, want if chunk > 0 else 1)) is None:
                 if not queue and not self.running:  # alone, and still no room: never will be
                     self._reject(group, plan, outgrows_reason(self.kv.facts(0), group))
                     break
@@ -253,8 +254,8 @@ class Scheduler:
                     break
             else:
                 start = group.num_computed_tokens
-                group.num_computed_tokens += want if chunk else 1
-                if chunk:
+                group.num_computed_tokens += want if chunk > 0 else 1
+                if chunk > 0:
                     plan.add_chunk(group, start, want, grant)
                 else:
                     plan.add_decode(group, grant)

@@ -43,13 +43,17 @@ if TYPE_CHECKING:
 class Grant(NamedTuple):
     """What :meth:`KVCacheManager.allocate_slots` gave."""
 
-    copies: list[KVCopy]  # copy-on-write copies to carry out before writing
+    copies: Sequence[KVCopy]  # copy-on-write copies to carry out before writing
     #: One token for each sequence: the slot its K/V goes into, in ``seq_ids`` order.
     #: Empty for a longer chunk and at admission.
-    slots: list[int]
+    slots: Sequence[int]
     #: At admission: tokens of each sequence served from the prefix cache (their K/V is
     #: there already; only the rest is computed). Empty otherwise.
-    computed_tokens: list[int]
+    computed_tokens: Sequence[int]
+
+
+_NONE: tuple = ()  # an empty field of a Grant, shared
+_new_tuple = tuple.__new__  # a Grant from a tuple, without its Python-level constructor
 
 
 class PoolFacts(NamedTuple):
@@ -95,18 +99,25 @@ class KVCacheManager:
         """Room for ``num_new_tokens`` more tokens of each of ``seq_ids``, or None (and
         nothing changed) when it does not fit.
 
-        * Sequences that own no memory yet are *admitted*: each gets its first
-          ``num_new_tokens`` tokens (cached prefix included: the cache serves what it
-          holds of the request whose ``hashes`` these are, and says how much in
-          ``computed_tokens``); ``final_len`` is
-          their final length (tokens) and ``fork_ids`` the children they will fork, for
-          schemes that hold room for them; ``watermark`` is the fraction of the pool the
-          scheme keeps free at admission, where it applies one.
-        * Running sequences get one token each (a decode: ``slots`` says where), or one
-          sequence gets a longer chunk of its prefill.
+        * With ``final_len`` (their final length, tokens), new sequences are *admitted*:
+          each gets its first ``num_new_tokens`` tokens (cached prefix included: the
+          cache serves what it holds of the request whose ``hashes`` these are, and says
+          how much in ``computed_tokens``); ``fork_ids`` are the children they will fork,
+          for schemes that hold room for them; ``watermark`` is the fraction of the pool
+          the scheme keeps free at admission, where it applies one.
+        * Without, running sequences grow: one token each (a decode: ``slots`` says
+          where), or one sequence a longer chunk of its prefill.
         """
         alloc = self.allocator
-        if not self._holds(seq_ids[0]):
+        if final_len is None and num_new_tokens == 1 and len(seq_ids) == 1:
+            # The simulator's hot path, a lone sequence's decode: as few objects as can be.
+            if not alloc.can_append_all(seq_ids):
+                return None
+            slot, copy = self._append(seq_ids[0])
+            if copy is None:
+                return _new_tuple(Grant, (_NONE, [slot], _NONE))
+            return _new_tuple(Grant, ([copy], [slot], _NONE))
+        if final_len is not None:
             if not alloc.allocate_group(seq_ids, num_new_tokens, final_len, fork_ids,
                                         watermark, content=hashes):
                 return None
