@@ -20,6 +20,7 @@ from .cache_ops import (
     write_kv,
     write_kv_reference,
 )
+from .hybrid_cache import HybridKVCache
 from .kv_cache import ContiguousKVCache, KVCache, KVCacheConfig, PagedKVCache, SwappedKV
 from .model import Decoder, Generation, ModelConfig
 from .vattention_cache import VAttentionKVCache
@@ -29,6 +30,7 @@ from .vattention_cache import VAttentionKVCache
 register_kv_cache("paged", PagedKVCache)
 register_kv_cache("contiguous", ContiguousKVCache)
 register_kv_cache("vattention", VAttentionKVCache)
+register_kv_cache("hybrid", HybridKVCache)
 
 
 def backend_name() -> str:
@@ -45,6 +47,7 @@ __all__ = [
     "ContiguousKVCache",
     "Decoder",
     "Generation",
+    "HybridKVCache",
     "KVCache",
     "KVCacheConfig",
     "ModelConfig",

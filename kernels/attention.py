@@ -5,6 +5,12 @@
 ``seq_lens[s]`` cached tokens, found through its block table: token ``t`` sits in
 physical block ``block_tables[s, t // block_size]`` at offset ``t % block_size``.
 
+With a sliding window of ``W`` tokens (``window_tokens``, a sliding-window layer of
+gpt-oss or Gemma 3) the new token at position ``L - 1`` attends only to tokens
+``max(0, L - W) .. L - 1``: blocks wholly before them are skipped, never loaded, so
+their table entries may be -1 (a hybrid manager's null block: the block went back to
+the pool), and the tokens before ``L - W`` in the first block read are masked.
+
 The Triton kernels are in :mod:`pagedsim.kernels.triton_attention`; this file checks inputs,
 picks the number of splits, dispatches, and holds two torch versions: a vectorised
 backend (used when triton is missing, or on request) and a deliberately naive
@@ -79,8 +85,11 @@ def check_attention_inputs(
     seq_lens: torch.Tensor,  # int32 [S]
     backend_name: str,
     check_values: bool = True,
+    window_tokens: int | None = None,
 ) -> None:
-    """Raise ``ValueError`` naming the problem if the inputs cannot be attended over."""
+    """Raise ``ValueError`` naming the problem if the inputs cannot be attended over
+    (with ``window_tokens``, table entries of blocks wholly before the window are not
+    read, so they are not checked)."""
     require_tensor("q", q, 3)
     require_cache_pair(k_cache, v_cache)
     require_tensor("block_tables", block_tables, 2)
@@ -129,8 +138,11 @@ def check_attention_inputs(
             f"({block_tables.shape[1]} blocks x {block_size} slots = {capacity_tokens})"
         )
     used_blocks = (lens + block_size - 1) // block_size  # [S] blocks each sequence reads
+    first_block = torch.zeros_like(lens) if window_tokens is None else \
+        (lens - window_tokens).clamp(min=0) // block_size  # [S] first block in the window
     tables = block_tables.cpu().long()
-    used = torch.arange(tables.shape[1])[None, :] < used_blocks[:, None]  # [S, MB]
+    col = torch.arange(tables.shape[1])[None, :]
+    used = (col < used_blocks[:, None]) & (col >= first_block[:, None])  # [S, MB]
     bad = used & ((tables < 0) | (tables >= num_blocks))
     if bad.any():
         s, b = (int(i) for i in bad.nonzero()[0])
@@ -155,6 +167,7 @@ def paged_attention(
     out: torch.Tensor | None = None,
     backend: str | None = None,
     check_values: bool = True,
+    window_tokens: int | None = None,
 ) -> torch.Tensor:
     """Decode attention for one new query token per sequence over a paged KV cache.
 
@@ -176,12 +189,19 @@ def paged_attention(
         backend: ``"triton"`` or ``"torch"``; default :data:`pagedsim.kernels.BACKEND`.
         check_values: check lengths and block ids on the host (one sync). Benchmarks
             turn it off; shapes, dtypes and devices are always checked.
+        window_tokens: a sliding window in tokens (an int >= 1): each query attends to
+            its sequence's last ``window_tokens`` tokens only, and blocks wholly before
+            them are never read (their entries may be -1). None: the whole sequence.
 
     Returns:
         ``[num_seqs, num_heads, head_dim]`` in ``q``'s dtype.
     """
     name = _resolve(backend)
-    check_attention_inputs(q, k_cache, v_cache, block_tables, seq_lens, name, check_values)
+    if window_tokens is not None:
+        window_tokens = require_int_in("window_tokens", window_tokens, 1, 2**30,
+                                       "a sliding window in tokens")
+    check_attention_inputs(q, k_cache, v_cache, block_tables, seq_lens, name, check_values,
+                           window_tokens)
     scale = 1.0 / math.sqrt(q.shape[2]) if scale is None else require_positive_finite(
         "scale", scale)
     if out is None:
@@ -191,8 +211,9 @@ def paged_attention(
             f"out must be {tuple(q.shape)} {q.dtype} on {q.device}, "
             f"got {tuple(out.shape)} {out.dtype} on {out.device}"
         )
-    if num_splits is None:
-        context_tokens = block_tables.shape[1] * k_cache.shape[1]
+    if num_splits is None:  # a window bounds the work per sequence
+        context_tokens = min(block_tables.shape[1] * k_cache.shape[1],
+                             window_tokens or 2**30)
         num_splits = choose_num_splits(q.shape[0], k_cache.shape[2], context_tokens,
                                        _num_sms(q.device))
     else:
@@ -203,11 +224,13 @@ def paged_attention(
     if q.shape[0] == 0:
         return out
     if name == "torch":
-        out.copy_(paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale))
+        out.copy_(paged_attention_torch(q, k_cache, v_cache, block_tables, seq_lens, scale,
+                                        window_tokens))
         return out
     from . import triton_attention  # imported lazily: only this path needs triton
 
-    triton_attention.launch(out, q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits)
+    triton_attention.launch(out, q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits,
+                            window_tokens)
     return out
 
 
@@ -225,8 +248,10 @@ def paged_attention_torch(
     block_tables: torch.Tensor,  # int32 [S, MB]
     seq_lens: torch.Tensor,  # int32 [S]
     scale: float,
+    window_tokens: int | None = None,
 ) -> torch.Tensor:
-    """Vectorised torch version: gather every table entry, mask past seq_len, fp32 softmax.
+    """Vectorised torch version: gather every table entry, mask past seq_len (and, with a
+    window, before its start), fp32 softmax.
 
     Memory is ``S * MB * BS * KVH * D`` per cache: fine for a laptop, not for a benchmark.
     """
@@ -239,7 +264,10 @@ def paged_attention_torch(
     v = v_cache[idx].reshape(num_seqs, context, num_kv_heads, head_dim).float()  # [S, T, KVH, D]
     qg = q.float().reshape(num_seqs, num_kv_heads, group, head_dim)  # [S, KVH, G, D]
     scores = torch.einsum("skgd,stkd->skgt", qg, k) * scale  # [S, KVH, G, T]
-    valid = torch.arange(context, device=q.device)[None, :] < seq_lens[:, None].long()  # [S, T]
+    pos = torch.arange(context, device=q.device)[None, :]  # [1, T]
+    valid = pos < seq_lens[:, None].long()  # [S, T]
+    if window_tokens is not None:  # entries before the window may be -1: clamped, masked
+        valid &= pos >= seq_lens[:, None].long() - window_tokens
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     # Slots past seq_len may hold anything, NaN included (0 * NaN = NaN): zero them.
@@ -258,8 +286,10 @@ def paged_attention_reference(
     block_tables: torch.Tensor,  # int32 [S, MB]
     seq_lens: torch.Tensor,  # int32 [S]
     scale: float | None = None,
+    window_tokens: int | None = None,
 ) -> torch.Tensor:
-    """The obviously right version, in fp64: per sequence, look up each token's slot.
+    """The obviously right version, in fp64: per sequence, look up the slot of each token
+    it attends to (the last ``window_tokens`` with a window, else all of them).
 
     Returns fp64 ``[num_seqs, num_heads, head_dim]``; compare after casting.
     """
@@ -271,8 +301,9 @@ def paged_attention_reference(
     out = torch.empty(num_seqs, num_heads, head_dim, dtype=torch.float64)
     for s in range(num_seqs):
         n = int(seq_lens[s])
-        blocks = [int(block_tables[s, t // block_size]) for t in range(n)]
-        offsets = [t % block_size for t in range(n)]
+        first = 0 if window_tokens is None else max(0, n - window_tokens)
+        blocks = [int(block_tables[s, t // block_size]) for t in range(first, n)]
+        offsets = [t % block_size for t in range(first, n)]
         k = k_cache[blocks, offsets].double().cpu()  # [n, KVH, D]
         v = v_cache[blocks, offsets].double().cpu()  # [n, KVH, D]
         for h in range(num_heads):

@@ -56,7 +56,9 @@ SeqId = Hashable
 @dataclass(slots=True)
 class KVCacheConfig:
     """Shape of the pool. ``num_blocks * block_size`` slots, each holding one token's
-    K and V for all ``num_layers`` layers."""
+    K and V for all ``num_layers`` layers. ``layer_windows``: each layer's sliding window
+    in tokens, 0 for full attention (empty: every layer full); a hybrid cache
+    (:class:`pagedsim.kernels.hybrid_cache.HybridKVCache`) groups the layers by them."""
 
     num_layers: int
     num_kv_heads: int
@@ -65,6 +67,7 @@ class KVCacheConfig:
     block_size: int = 16
     dtype: torch.dtype = torch.float32
     device: str = DEVICE
+    layer_windows: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "num_blocks", "block_size"):
@@ -75,6 +78,11 @@ class KVCacheConfig:
             raise ValueError(f"block_size must be <= {MAX_BLOCK_SIZE}, got {self.block_size}")
         if self.dtype not in FLOAT_DTYPES:
             raise ValueError(f"dtype must be one of {FLOAT_DTYPES}, got {self.dtype}")
+        windows = self.layer_windows
+        if windows and (len(windows) != self.num_layers or not all(
+                type(w) is int and w >= 0 for w in windows)):
+            raise ValueError(f"layer_windows must give {self.num_layers} ints >= 0 (0: full "
+                             f"attention), got {windows!r}")
 
     @property
     def capacity_slots(self) -> int:
@@ -224,10 +232,11 @@ class KVCache:
         write_kv(self.k_caches[layer], self.v_caches[layer], k, v, slots, backend=self.backend)
 
     def attend(self, layer: int, q: torch.Tensor, block_tables: torch.Tensor,
-               seq_lens: torch.Tensor) -> torch.Tensor:
-        """Decode attention for one layer: ``q [S, H, D] -> [S, H, D]``."""
+               seq_lens: torch.Tensor, window_tokens: int | None = None) -> torch.Tensor:
+        """Decode attention for one layer: ``q [S, H, D] -> [S, H, D]`` (over the last
+        ``window_tokens`` tokens of each sequence, for a sliding-window layer)."""
         return paged_attention(q, self.k_caches[layer], self.v_caches[layer], block_tables,
-                               seq_lens, backend=self.backend)
+                               seq_lens, backend=self.backend, window_tokens=window_tokens)
 
     def run_copies(self, copies: Sequence[KVCopy]) -> None:
         """Carry out block-aligned copies (copy-on-write, contiguous fork) in every layer."""

@@ -71,6 +71,7 @@ from pagedsim.workloads.sharing_workloads import (
 )
 
 from .executor import RealExecutor
+from .hybrid_cache import held_blocks, layer_specs, windows_arg
 from .model import Decoder, ModelConfig
 
 SLOT_COLUMNS = ("token", "reserved", "internal_frag", "cached", "external_frag", "free")
@@ -150,17 +151,20 @@ class SchemeMeasurement:
     #: Requests the scheduler rejected, ``(request_id, reason)``: reported, never dropped.
     rejections: list[tuple[int, str]] = field(default_factory=list)
     num_requests: int = 0  # requests in the workload
+    window_freed_blocks: int = 0  # hybrid: blocks sliding groups gave back behind windows
 
 
 def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:
-    """The decoder as a pagedsim ModelSpec (for the cost model and the budget)."""
+    """The decoder as a pagedsim ModelSpec (cost model, budget, hybrid manager's groups)."""
     dtype_bytes = torch.tensor([], dtype=cfg.dtype).element_size()
     params = (cfg.vocab_size * cfg.hidden_size * 2
               + cfg.num_layers * (cfg.hidden_size * cfg.head_dim
                                   * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
                                   + 3 * cfg.hidden_size * cfg.intermediate_size))
     return pagedsim.ModelSpec("decoder", cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
-                              cfg.head_dim, dtype_bytes, params * dtype_bytes, max_model_len)
+                              cfg.head_dim, dtype_bytes, params * dtype_bytes, max_model_len,
+                              layers=layer_specs(cfg.num_kv_heads, cfg.head_dim,
+                                                 cfg.layer_windows))
 
 
 def requests_for(cfg: MeasureConfig) -> list[pagedsim.Request]:
@@ -236,7 +240,7 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     # 2. The real executor, on a cache whose allocator the scheduler drives.
     # Regions are measured as buffers for the schemes drawn as an arena of regions.
     regions = get_scheme(scheme).view == "arena" and cfg.region_buffers
-    paged = get_scheme(scheme).family == "paged"
+    paged = get_scheme(scheme).family in ("paged", "hybrid")
     decoder = Decoder(cfg.model)
     cache = decoder.make_cache(cfg.num_blocks, cfg.block_size, scheme, cfg.max_model_len)
     cache.backend = cfg.backend
@@ -262,8 +266,8 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
             region_bytes = sum(b.numel() * b.element_size() for _, _, b in buffers.values())
         per_block = cache.written_per_block()
         cached_slots = None
-        if paged:  # written slots outside every live sequence's blocks
-            live = {b for s in cache.allocator.seq_ids() for b in cache.block_table(s)}
+        if paged:  # written slots outside every live sequence's blocks (any group's)
+            live = held_blocks(cache)
             cached_slots = int(per_block.sum()) - int(per_block[sorted(live)].sum())
         rows.append((
             plan.step, int(per_block.sum()), cached_slots, region_bytes, cache_bytes,
@@ -311,6 +315,7 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
         cuda_max_allocated_bytes=_largest(frame["cuda_allocated_bytes"]) if on_cuda else None,
         cuda_max_reserved_bytes=_largest(frame["cuda_reserved_bytes"]) if on_cuda else None,
         rejections=sim_result.rejections, num_requests=len(requests),
+        window_freed_blocks=sum(getattr(cache.allocator, "window_freed_blocks", ())),
     )
 
 
@@ -368,6 +373,8 @@ def run(cfg: MeasureConfig, out: Path | None = None, progress: bool | None = Non
             line = (f"{scheme:<22} steps {len(m.frame):>4}  largest gap: "
                     f"{m.max_token_gap_slots} token slots, {m.max_bytes_gap} bytes  "
                     f"({time.perf_counter() - t0:.1f} s)")
+            if m.window_freed_blocks:
+                line += f"  {m.window_freed_blocks} blocks given back behind the window"
             if m.prefix_hit_tokens or m.evictions:
                 line += (f"  prefix hits {m.prefix_hit_tokens} tokens, cached-slot gap "
                          f"{m.max_cached_gap_slots}, {m.evictions} evictions")
@@ -445,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=d.block_size)
     parser.add_argument("--preemption", choices=["recompute", "swap"], default=d.preemption)
     parser.add_argument("--layers", type=int, default=d.model.num_layers)
+    parser.add_argument("--windows", type=windows_arg, default=(), metavar="W,W,...",
+                        help="each layer's sliding window in tokens, 0 = full attention, one "
+                        "per layer (e.g. 8,0 with --layers 2; schemes hybrid, all-full)")
     parser.add_argument("--hidden", type=int, default=d.model.hidden_size)
     parser.add_argument("--heads", type=int, default=d.model.num_heads)
     parser.add_argument("--kv-heads", type=int, default=d.model.num_kv_heads)
@@ -462,11 +472,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     try:
         args = parser.parse_args(argv)
+        if args.windows and len(args.windows) != args.layers:
+            raise CliError(f"argument --windows: {len(args.windows)} windows for --layers "
+                           f"{args.layers}; give one per layer")
         model = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden,
                             num_layers=args.layers, num_heads=args.heads,
                             num_kv_heads=args.kv_heads, head_dim=args.head_dim,
                             intermediate_size=args.intermediate,
-                            dtype=getattr(torch, args.dtype), seed=args.seed)
+                            dtype=getattr(torch, args.dtype), seed=args.seed,
+                            layer_windows=args.windows)
         cfg = MeasureConfig(
             schemes=tuple(s.strip() for s in args.schemes.split(",") if s.strip()),
             workload=args.workload, num_requests=args.num_requests, rate_per_s=args.rate,

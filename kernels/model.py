@@ -2,7 +2,9 @@
 
 RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU MLP; sizes from
 :class:`ModelConfig`, random weights from a seed (it generates nonsense, but the
-*same* nonsense whichever cache it runs on, which is what the tests need).
+*same* nonsense whichever cache it runs on, which is what the tests need). Layers may
+have sliding windows (``layer_windows``, gpt-oss's and Gemma 3's pattern): such a layer's
+token at position ``p`` attends to positions ``p - W + 1 .. p`` only, on every path.
 
 Three ways to run it:
 
@@ -56,6 +58,8 @@ class ModelConfig:
     dtype: torch.dtype = torch.float32
     device: str = DEVICE
     seed: int = 0
+    #: Each layer's sliding window in tokens, 0 for full attention; empty: all full.
+    layer_windows: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -70,6 +74,15 @@ class ModelConfig:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
         if self.rope_theta <= 0 or self.rms_norm_eps <= 0:
             raise ValueError("rope_theta and rms_norm_eps must be positive")
+        windows = self.layer_windows
+        if windows and (len(windows) != self.num_layers or not all(
+                type(w) is int and w >= 0 for w in windows)):
+            raise ValueError(f"layer_windows must give {self.num_layers} ints >= 0 (0: full "
+                             f"attention), got {windows!r}")
+
+    def window(self, layer: int) -> int | None:
+        """Layer ``layer``'s sliding window in tokens, or None (full attention)."""
+        return (self.layer_windows[layer] or None) if self.layer_windows else None
 
 
 @dataclass(slots=True)
@@ -195,10 +208,11 @@ class Decoder:
     def check_cache(self, cache: KVCache) -> None:
         """The cache must have this model's layers, kv heads, head_dim and dtype."""
         c, k = self.config, cache.config
-        mine = (c.num_layers, c.num_kv_heads, c.head_dim, c.dtype)
-        theirs = (k.num_layers, k.num_kv_heads, k.head_dim, k.dtype)
+        full = (0,) * c.num_layers
+        mine = (c.num_layers, c.num_kv_heads, c.head_dim, c.dtype, c.layer_windows or full)
+        theirs = (k.num_layers, k.num_kv_heads, k.head_dim, k.dtype, k.layer_windows or full)
         if mine != theirs:
-            raise ValueError(f"cache (layers, kv heads, head_dim, dtype) = {theirs}, "
+            raise ValueError(f"cache (layers, kv heads, head_dim, dtype, windows) = {theirs}, "
                              f"model needs {mine}")
 
     def make_cache(self, num_blocks: int, block_size: int = 16, scheme: str = "paged",
@@ -208,7 +222,7 @@ class Decoder:
         ``"contiguous-oracle-first-fit"``); ``max_model_len`` in tokens."""
         c = self.config
         config = KVCacheConfig(c.num_layers, c.num_kv_heads, c.head_dim, num_blocks,
-                               block_size, c.dtype, c.device)
+                               block_size, c.dtype, c.device, c.layer_windows)
         return kv_cache_class(scheme).for_scheme(config, scheme, max_model_len)
 
     # -------------------------------------------------------------- executor steps
@@ -291,25 +305,40 @@ class Decoder:
             q, k, v = self._qkv(layer, x, positions)
             cache.write(li, k, v, slots)  # all of them before any prefix is read back
             attn = []
+            window = self.config.window(li)
             for qs, ks, vs, pre in zip(q.split(lens), k.split(lens), v.split(lens),
                                        prefix_slots, strict=True):
                 if pre is None:
-                    attn.append(self._causal_sdpa(qs, ks, vs))
+                    attn.append(self._causal_sdpa(qs, ks, vs, window))
                 else:
                     kp, vp = cache.read(li, pre)  # [start, KVH, D]
-                    attn.append(self._causal_sdpa(qs, torch.cat([kp, ks]), torch.cat([vp, vs])))
+                    attn.append(self._causal_sdpa(qs, torch.cat([kp, ks]), torch.cat([vp, vs]),
+                                                  window))
             x = self._finish_layer(layer, x, torch.cat(attn))
         last = torch.tensor(list(itertools.accumulate(lens)), device=x.device) - 1
         return self._logits(x[last]).cpu()
 
-    def _causal_sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _causal_sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     window: int | None = None) -> torch.Tensor:
         """One sequence's new tokens: ``q [T, H, D]`` at the last T positions of
-        ``k, v [P + T, KVH, D]`` (P tokens cached before them) -> ``[T, H, D]``."""
+        ``k, v [P + T, KVH, D]`` (P tokens cached before them) -> ``[T, H, D]``; with a
+        ``window`` of W tokens, new token i (position P + i) sees keys P + i - W + 1 ..
+        P + i only."""
         group = self.config.num_heads // self.config.num_kv_heads
         k = k.repeat_interleave(group, dim=1)  # [P+T, H, D]: query head h reads kv head h // G
         v = v.repeat_interleave(group, dim=1)
         t, p = q.shape[0], k.shape[0] - q.shape[0]
-        if p == 0:
+        if window is not None:
+            mask = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(diagonal=p)
+            mask &= ~torch.ones_like(mask).tril(diagonal=p - window)  # [T, P+T] in the window
+            # Keys behind every window (a hybrid cache gave their blocks back) may hold
+            # anything: zero them, since a masked key still multiplies its value by 0.
+            keep = mask.any(dim=0)  # [P+T]
+            v = torch.where(keep[:, None, None], v, torch.zeros_like(v))
+            k = torch.where(keep[:, None, None], k, torch.zeros_like(k))
+            out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
+                                                 v.transpose(0, 1), attn_mask=mask)
+        elif p == 0:
             out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
                                                  v.transpose(0, 1), is_causal=True)  # [H, T, D]
         else:  # new token i sits at position p + i: it sees keys 0 .. p + i
@@ -343,7 +372,8 @@ class Decoder:
         for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, positions)
             cache.write(li, k, v, slots)
-            x = self._finish_layer(layer, x, cache.attend(li, q, block_tables, seq_lens))
+            attn = cache.attend(li, q, block_tables, seq_lens, self.config.window(li))
+            x = self._finish_layer(layer, x, attn)
         return self._logits(x).cpu()
 
     # ------------------------------------------------------------------ generate
@@ -394,13 +424,15 @@ class Decoder:
         group = c.num_heads // c.num_kv_heads
         causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         kvs = []
-        for layer in self.layers:
+        for li, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, positions)
+            window = c.window(li)
+            seen = causal if window is None else causal & ~causal.tril(diagonal=-window)
             kvs.append((k, v))
             kh = k.float().repeat_interleave(group, dim=1)  # [T, H, D]
             vh = v.float().repeat_interleave(group, dim=1)
             scores = torch.einsum("thd,shd->hts", q.float(), kh) / math.sqrt(c.head_dim)
-            probs = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)  # [H, T, T]
+            probs = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)  # [H, T, T]
             attn = torch.einsum("hts,shd->thd", probs, vh).to(x.dtype)  # [T, H, D]
             x = self._finish_layer(layer, x, attn)
         return self._logits(x).cpu(), kvs

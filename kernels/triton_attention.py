@@ -33,6 +33,7 @@ def _paged_decode_kernel(
     seq_lens_ptr,  # int32 [S], any stride (a column of a metadata tensor is fine)
     scale_log2,  # softmax scale * log2(e): we use exp2, which is what the hardware has
     tokens_per_split,  # int, a multiple of TILE_N
+    window,  # sliding window in tokens (2**30 when none): the query reads the last `window`
     stride_qs, stride_qh, stride_qd,
     stride_kb, stride_kt, stride_kh, stride_kd,
     stride_vb, stride_vt, stride_vh, stride_vd,
@@ -54,7 +55,12 @@ def _paged_decode_kernel(
     split = tl.program_id(2)
 
     seq_len = tl.load(seq_lens_ptr + seq * stride_sl)
-    start = split * tokens_per_split
+    # The tokens attended to are first .. seq_len - 1: all of them without a window, the
+    # last `window` with one. Splits cut that range, so blocks wholly before `first` are
+    # never touched (a hybrid manager may have given them back: their entries are -1),
+    # and the first tile starts at `first` itself: tokens before it are masked off.
+    first = tl.maximum(seq_len - window, 0)
+    start = first + split * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)  # empty range for splits past the end
 
     g = tl.arange(0, GROUP_PAD)  # [GP] query head within the group
@@ -150,7 +156,7 @@ def _reduce_splits_kernel(
 
     lse = tl.load(lse_ptr + seq * stride_ls + head * stride_lh + p * stride_lp,
                   mask=p_mask, other=float("-inf"))  # [SP]
-    lse_max = tl.max(lse, axis=0)  # finite: split 0 always holds token 0
+    lse_max = tl.max(lse, axis=0)  # finite: split 0 always holds the first token attended to
     w = tl.exp2(lse - lse_max)  # [SP]; 0 for empty and padding splits
     part = tl.load(  # [SP, D]
         partial_ptr + seq * stride_ps + head * stride_ph + p[:, None] * stride_pp
@@ -183,8 +189,10 @@ def launch(
     seq_lens: torch.Tensor,  # int32 [S]
     scale: float,
     num_splits: int,
+    window_tokens: int | None = None,
 ) -> None:
-    """Run the decode kernel (and the reduce kernel when ``num_splits > 1``) into ``out``.
+    """Run the decode kernel (and the reduce kernel when ``num_splits > 1``) into ``out``;
+    ``window_tokens``: each query reads its sequence's last that many tokens only.
 
     Inputs are assumed checked by :func:`pagedsim.kernels.attention.paged_attention`. Every
     tensor's strides are passed, so views (a ``seq_lens`` column sliced out of a
@@ -196,9 +204,12 @@ def launch(
     group = num_heads // num_kv_heads
     tile_n = tile_tokens(head_dim)
     table_tokens = block_tables.shape[1] * block_size  # longest sequence the tables allow
-    # Each split covers a whole number of tiles; computed from the table width, not from
-    # seq_lens, so launching needs no device-to-host sync.
-    tokens_per_split = max(tile_n, math.ceil(table_tokens / num_splits / tile_n) * tile_n)
+    window = 2**30 if window_tokens is None else window_tokens
+    # Each split covers a whole number of tiles; computed from the table width (or the
+    # window, which bounds what one query reads), not from seq_lens, so launching needs no
+    # device-to-host sync.
+    span = min(table_tokens, window)
+    tokens_per_split = max(tile_n, math.ceil(span / num_splits / tile_n) * tile_n)
     upcast = backend.INFO.interpreter or q.dtype == torch.float32
     common = dict(
         GROUP=group,
@@ -213,7 +224,7 @@ def launch(
     if num_splits == 1:
         _paged_decode_kernel[grid](
             out, out, q, k_cache, v_cache, block_tables, seq_lens,
-            scale * math.log2(math.e), tokens_per_split,
+            scale * math.log2(math.e), tokens_per_split, window,
             *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(),
             seq_lens.stride(0),
             out.stride(0), out.stride(1), 0, out.stride(2),
@@ -227,7 +238,7 @@ def launch(
     lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=q.device)
     _paged_decode_kernel[grid](
         partial, lse, q, k_cache, v_cache, block_tables, seq_lens,
-        scale * math.log2(math.e), tokens_per_split,
+        scale * math.log2(math.e), tokens_per_split, window,
         *q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride(),
         seq_lens.stride(0),
         *partial.stride(), *lse.stride(),

@@ -42,11 +42,14 @@ FULL_KINDS = ("full", "mla")
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
     """One KV-cache group: its layer kind, its window in tokens (``sliding`` only, else
-    0) and how many of the model's layers its blocks hold K/V for (``num_layers``)."""
+    0), how many of the model's layers its blocks hold K/V for (``num_layers``) and, when
+    known, which ones (``layer_indices``, model layer numbers: a real cache puts layer
+    ``layer_indices[p]`` at position ``p`` of a block)."""
 
     kind: str
     window_tokens: int = 0
     num_layers: int = 1
+    layer_indices: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in (*FULL_KINDS, "sliding"):
@@ -58,6 +61,9 @@ class GroupSpec:
         if self.kind != "sliding" and self.window_tokens:
             raise ValueError(f"only a sliding group has a window, got window_tokens="
                              f"{self.window_tokens} on a {self.kind} group")
+        if self.layer_indices and len(self.layer_indices) != self.num_layers:
+            raise ValueError(f"{len(self.layer_indices)} layer indices for a group of "
+                             f"{self.num_layers} layers")
 
     @property
     def window(self) -> int | None:
@@ -134,8 +140,8 @@ def hybrid_layout(model: ModelSpec, kv_cache_bytes: int, block_size: int = 16, *
                         kv_cache_dtype=kv_cache_dtype,
                         tensor_parallel_size=tensor_parallel_size,
                         max_model_len=max_model_len or model.max_model_len)
-    groups = order_groups([GroupSpec(g.kind, g.window_tokens, len(g.layer_indices))
-                           for g in cfg.groups])
+    groups = order_groups([GroupSpec(g.kind, g.window_tokens, len(g.layer_indices),
+                                     tuple(g.layer_indices)) for g in cfg.groups])
     if cfg.num_blocks < 1:
         raise ValueError(f"a KV pool of {kv_cache_bytes} bytes holds no block of "
                          f"{block_size} tokens for {model.name} ({len(groups)} KV-cache "
