@@ -36,10 +36,13 @@ def machine_for(scheme: str) -> type[FullAllocatorMachine]:
                            align)
             head_dim = data.draw(st.sampled_from([8192, 65536, 262144]), label="head_dim")
             max_seqs = data.draw(st.integers(1, 12), label="max_num_seqs")
+            # A host tier behind a prefix cache (ignored by the other schemes); its own
+            # machine, with shared prompts, is tests/test_host_tier_state.py.
+            host = data.draw(st.sampled_from([0, 0, 3]), label="host_blocks")
             try:
                 return make_allocator(scheme, capacity, block_size, self.max_len,
                                       model=_model(head_dim), max_num_seqs=max_seqs,
-                                      align_slots=align)
+                                      align_slots=align, host_cache_blocks=host)
             except ValueError:  # e.g. a pool smaller than one block or page
                 assume(False)
 

@@ -1,4 +1,4 @@
-"""The scheduler's seam: ``KVCacheManager``'s nine calls, and a scheduler that uses no other.
+"""The scheduler's seam: ``KVCacheManager``'s ten calls, and a scheduler that uses no other.
 
 The stateful machine (``tests/test_allocator_state.py``, rules in
 :mod:`pagedsim.testing.manager_rules`) drives every registered scheme through the manager;
@@ -18,9 +18,10 @@ from pagedsim.memory.schemes import SCHEMES, make_allocator
 from pagedsim.workloads.workload import Request
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What the manager offers the scheduler: nine calls and one fact.
+#: What the manager offers the scheduler: ten calls and one fact.
 MANAGER_MEMBERS = {"hashes_of", "get_computed_tokens", "allocate_slots", "fork", "free",
-                   "swap_out", "swap_in", "num_seqs", "facts", "max_model_len"}
+                   "swap_out", "swap_in", "num_seqs", "facts", "host_transfers",
+                   "max_model_len"}
 
 
 def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:

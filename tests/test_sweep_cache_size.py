@@ -92,7 +92,7 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[st
 def test_schemes_stay_refused_where_a_sweep_has_none(capsys: pytest.CaptureFixture[str]
                                                      ) -> None:
     line = _error(capsys, ["sweep", "block-size", "--schemes", "paged", *SMALL])
-    assert "applies to the rate and cache-size sweeps, not block-size" in line
+    assert "applies to the rate, cache-size and host-cache sweeps, not block-size" in line
 
 
 def test_help_names_its_defaults_and_units(capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,6 +26,7 @@ from ..workloads.traces import ON_TOO_LONG, TraceError
 from .argtypes import csv_list, gib_to_bytes, jobs, keep_steps, nonempty, preset, rate, whole
 from .base import PROG, UNITS_NOTE, CliError
 from .dask import add_dask_option, with_dask
+from .host_options import add_host_options, host_fields
 from .outdir import prepare_out
 from .presets import MODEL_HELP, model_arg
 
@@ -168,6 +169,7 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                    help="worker processes (joblib, or the workers of --dask local); -1 = "
                         "every CPU, 1 = no subprocess (default -1)")
     add_dask_option(p)
+    add_host_options(p, d.swept)
     p.add_argument("--quiet", action="store_true",
                    help="no start line, no progress bar and no list of files written")
 
@@ -186,7 +188,7 @@ def memory_setting(args: argparse.Namespace) -> dict[str, object]:
         gpu_memory_utilization=pick(args.gpu_memory_utilization,
                                     chosen.gpu_memory_utilization),
         activation_bytes=pick(args.activation_gb, chosen.activation_bytes),
-        weights_bytes=pick(args.weights_gb, chosen.weights_bytes),
+        weights_bytes=pick(args.weights_gb, chosen.weights_bytes), **host_fields(args),
     )
 
 
@@ -476,10 +478,8 @@ def add_figures(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "figures",
         help="regenerate every committed figure and CSV under figures/",
-        description=(
-            "Run compare and every sweep with their defaults and write their CSVs and PNGs "
-            "(deterministic: same code, same files) to --out."
-        ),
+        description=("Run compare and every sweep with their defaults and write their CSVs "
+                     "and PNGs (deterministic: same code, same files) to --out."),
     )
     p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder to write (default figures/)")

@@ -1,5 +1,5 @@
 """``pagedsim sweep NAME``: one experiment swept over block size, request rate, sharing
-width, preemption mode or the KV pool's size (prefix-cache hit rate)
+width, preemption mode, the KV pool's size (prefix-cache hit rate) or a host tier's size
 (:mod:`pagedsim.experiments.sweeps`), each sweep with its own defaults and ``--help``.
 The options shared with ``compare`` come from :mod:`pagedsim.cli.simulate`."""
 
@@ -32,7 +32,7 @@ from .simulate import (
 #: Experiment fields a sweep sets -> the flag a CLI user would give for them.
 _FIELD_FLAGS = {"block_size": "--block-size", "rate_per_s": "--rate", "n": "--n",
                 "beam_width": "--beam-width", "preemption": "--preemption",
-                "capacity_tokens": "--values"}
+                "capacity_tokens": "--values", "host_cache_gb": "--host-cache-gb"}
 #: Flags that only size the KV pool, which the cache-size sweep sets per run.
 _POOL_FLAGS = (("gpu_memory_utilization", "--gpu-memory-utilization"),
                ("activation_gb", "--activation-gb"), ("weights_gb", "--weights-gb"))
@@ -119,7 +119,8 @@ def _add_sweep_options(p: argparse.ArgumentParser, name: str | None) -> None:
             "sharing": "n and beam widths (each value is run as both)",
             "preemption": "block sizes (slots), each run with recompute and with swap",
             "cache-size": "KV pool sizes in token slots (the whole pool: running requests "
-                          "and cached blocks)"}
+                          "and cached blocks)",
+            "host-cache": "host tier sizes in GiB (0: none), behind the GPU pool"}
     default = ("the sweep's own" if name is None
                else default_values_text(name))
     p.add_argument("--values", type=csv_list(finite, "values"), default=None, metavar="LIST",
@@ -131,7 +132,7 @@ def _add_sweep_options(p: argparse.ArgumentParser, name: str | None) -> None:
                             "schemes' lists them all)"
                             + ("; of the cache-size sweep (default "
                                f"{','.join(CACHE_SCHEMES)})" if name is None else ""))
-    elif name == "cache-size":
+    elif name in ("cache-size", "host-cache"):
         p.add_argument("--schemes", type=csv_list(str), default=None, metavar="LIST",
                        help=f"schemes to run (default {','.join(CACHE_SCHEMES)}, the two "
                             "that cache across requests; 'pagedsim schemes' lists them all)")
@@ -206,9 +207,9 @@ def run_sweep(args: argparse.Namespace) -> int:
     if args.values is not None and len(names) > 1:
         raise CliError("argument --values: needs one sweep, not all")
     if args.schemes is not None:
-        if names not in (["rate"], ["cache-size"]):
-            raise CliError(f"argument --schemes: applies to the rate and cache-size sweeps, "
-                           f"not {args.name}")
+        if names not in (["rate"], ["cache-size"], ["host-cache"]):
+            raise CliError(f"argument --schemes: applies to the rate, cache-size and "
+                           f"host-cache sweeps, not {args.name}")
         _check_schemes(args.schemes)
     if len(names) == 1:
         _refuse_swept_flags(args, names[0])
@@ -237,7 +238,7 @@ def run_sweep(args: argparse.Namespace) -> int:
             except ValueError as exc:  # the swept rates given, or the trace's own fault
                 flag = "--values" if values else "--workload"
                 raise CliError(f"argument {flag}: {exc}") from None
-        if name == "cache-size":  # its replay row, checked before the runs
+        if name in ("cache-size", "host-cache"):  # its replay rows, checked before the runs
             from ..experiments.cache_replay import check_replay_size
 
             try:
@@ -267,7 +268,8 @@ def _refuse_swept_flags(args: argparse.Namespace, name: str) -> None:
 
     given = {"block_size": args.block_size != 16, "rate_per_s": args.rate is not None,
              "n": args.n != 1, "beam_width": args.beam_width != 1,
-             "preemption": args.preemption is not None, "capacity_tokens": False}
+             "preemption": args.preemption is not None, "capacity_tokens": False,
+             "host_cache_gb": getattr(args, "host_cache_gb", None) not in (None, 0.0)}
     if name == "cache-size":
         for dest, flag in _POOL_FLAGS:
             if getattr(args, dest) is not None:

@@ -1,4 +1,5 @@
-"""A roofline cost model of one serving step, and of swapping KV blocks over PCIe.
+"""A roofline cost model of one serving step, and of moving KV blocks over the host link
+(swapping; a host tier's loads and offloads).
 
 One step of iteration-level batching runs the model once over every token it processes:
 the prompt tokens being prefilled and one new token per decoding sequence. Its time is
@@ -53,6 +54,25 @@ Defaults that are assumptions, not measurements (set them from your own if you h
   layer, for K and for V), each with a fixed launch/DMA set-up cost; so many small blocks
   swap slower than few large ones of the same total bytes (the paper's §7.3).
 
+A host tier of the prefix cache (:mod:`pagedsim.memory.host_tier`) moves whole blocks
+over the GPU's host link, ``host_link_bytes_per_s`` per direction (the GPU preset's:
+PCIe 4.0 x16 for the A100, PCIe 5.0 x16 for the H100 and H200; None: ``pcie_bytes_per_s``),
+in one batched copy per layer and direction per step (as HiCache's and LMCache's
+transfer kernels do), each costing ``swap_copy_overhead_s``
+(:meth:`CostModel.host_copy_s`). Loads run host -> GPU, write-backs and write-throughs
+GPU -> host; the link is full duplex, so the two directions overlap each other. With
+``host_overlap`` (the default, as HiCache and LMCache do) the copies of layer ``l + 1``
+run while layer ``l`` computes, so a step lasts the longer of its compute and its
+copies, plus one layer's share of the shorter (the first layer's copy, or the last
+layer's compute, overlaps nothing); without it a step waits for its copies, then
+computes (:meth:`CostModel.host_transfer_s`).
+
+Loading a cached block is not always cheaper than recomputing it. A prefill step is
+memory-bound until its tokens' flops outweigh streaming the weights once (Llama-3.1-8B on
+an H200: about 200 tokens), so recomputing a short prefix in such a step costs almost
+nothing, while loading it costs the link's time; :meth:`CostModel.load_or_recompute_s`
+gives both for a prefix alone in a step.
+
 Sanity example, computed by this code: OPT-13B on one A100-40GB, a decode step of 32
 sequences with 500 tokens of context each. Reading 26 GiB of weights plus 16,000 x 800 KiB
 of KV takes 26.4 ms at 1.555 TB/s, while the ~0.91 TFLOP need 2.9 ms at 312 TFLOP/s, so
@@ -92,9 +112,11 @@ class CostModel:
     """Roofline step time for ``model`` on ``num_gpus`` x ``gpu`` (see the module docstring).
 
     ``step_overhead_s`` is seconds added to every non-empty step, ``pcie_bytes_per_s`` the
-    host link bandwidth per GPU in bytes/s, ``swap_copy_overhead_s`` seconds per copy call,
-    ``block_size`` the attention kernel's block (slots, None = contiguous reads) and
-    ``kv_block_overhead_tokens`` what one block lookup costs in tokens of K/V read.
+    host link bandwidth per GPU in bytes/s (swaps), ``swap_copy_overhead_s`` seconds per
+    copy call, ``block_size`` the attention kernel's block (slots, None = contiguous reads)
+    and ``kv_block_overhead_tokens`` what one block lookup costs in tokens of K/V read;
+    ``host_link_bytes_per_s`` (bytes/s per direction per GPU; None: ``pcie_bytes_per_s``)
+    and ``host_overlap`` are a host tier's (see the module docstring).
     """
 
     model: ModelSpec
@@ -105,6 +127,8 @@ class CostModel:
     swap_copy_overhead_s: float = 10e-6
     block_size: int | None = None  # slots per block-table lookup of the attention kernel
     kv_block_overhead_tokens: float = 3.68  # K/V tokens one block lookup costs extra
+    host_link_bytes_per_s: float | None = None  # a host tier's link; None: pcie_bytes_per_s
+    host_overlap: bool = True  # host-tier copies overlapped layer by layer with compute
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -120,6 +144,11 @@ class CostModel:
             check_int("block_size", self.block_size, minimum=1)
         _check_seconds_or_rate("kv_block_overhead_tokens", self.kv_block_overhead_tokens,
                                positive=False)
+        if self.host_link_bytes_per_s is not None:
+            _check_seconds_or_rate("host_link_bytes_per_s", self.host_link_bytes_per_s,
+                                   positive=True)
+        if not isinstance(self.host_overlap, bool):
+            raise TypeError(f"host_overlap must be True or False, got {self.host_overlap!r}")
 
     def with_block_size(self, block_size: int | None) -> CostModel:
         """The same model for an attention kernel that reads blocks of ``block_size`` slots
@@ -199,3 +228,37 @@ class CostModel:
             raise ValueError(f"moving {num_bytes} bytes needs at least one copy")
         return (num_copies * self.swap_copy_overhead_s
                 + num_bytes / (self.pcie_bytes_per_s * self.num_gpus))
+
+    # ------------------------------------------------------------- host tier
+    def host_copy_s(self, num_bytes: int) -> float:
+        """Seconds to move ``num_bytes`` one way over the host link in one step: one
+        batched copy per layer (each ``swap_copy_overhead_s``), then the bytes at
+        ``host_link_bytes_per_s`` per GPU. 0 bytes cost 0 s."""
+        check_int("num_bytes", num_bytes, minimum=0)
+        if num_bytes == 0:
+            return 0.0
+        link = self.host_link_bytes_per_s or self.pcie_bytes_per_s
+        return (self.model.num_layers * self.swap_copy_overhead_s
+                + num_bytes / (link * self.num_gpus))
+
+    def host_transfer_s(self, step_s: float, load_bytes: int, offload_bytes: int) -> float:
+        """Seconds a step that lasts ``step_s`` without them lasts longer for a host tier's
+        ``load_bytes`` (host -> GPU) and ``offload_bytes`` (GPU -> host): the copies before
+        the compute (``host_overlap`` False), or overlapped with it layer by layer."""
+        t_in, t_out = self.host_copy_s(load_bytes), self.host_copy_s(offload_bytes)
+        if not (t_in or t_out):
+            return 0.0
+        if not self.host_overlap:
+            return t_in + t_out  # one copy stream, then the model
+        compute = max(step_s - self.step_overhead_s, 0.0)
+        link = max(t_in, t_out)  # full duplex: the two directions run at once
+        return max(compute, link) + min(compute, link) / self.model.num_layers - compute
+
+    def load_or_recompute_s(self, num_tokens: int) -> tuple[float, float]:
+        """A step serving a cached prefix of ``num_tokens`` tokens and computing one more
+        token after it, alone: ``(seconds when the prefix is loaded from the host tier,
+        seconds when it is recomputed)``. Loading pays only when the first is smaller."""
+        check_int("num_tokens", num_tokens, minimum=1)
+        step = self.step_time_s(1, 0, num_tokens)
+        loaded = step + self.host_transfer_s(step, num_tokens * self.model.bytes_per_token, 0)
+        return loaded, self.step_time_s(num_tokens + 1, 0, 0)

@@ -8,17 +8,23 @@ apply the plan's data movements in this order, which is the order in which the
 scheduler took and released memory, so that no slot is overwritten before it is read:
 
 1. scrub (if it keeps a sentinel) memory released before this step's forks, that is
-   everything released except this step's ``swap_outs`` sources;
+   everything released except this step's ``swap_outs`` sources and the GPU blocks that
+   ``host_copies`` write back (each is scrubbed once read, unless a load then fills it);
 2. ``forks``: copies that give forked sequences their parent's tokens (schemes that do
    not share). The scheduler forks before it preempts, so a fork writes only into
    memory it held before any preemption of this step; a group may fork and then be
    swapped out in the same step, so forks run before the swap-out reads;
 3. ``swap_outs``: GPU -> CPU copies of preempted groups (their blocks are already free
    in the allocator and may be handed out again below, so read them now);
+3b. ``host_copies``, in list order (a host tier's, :mod:`pagedsim.memory.host_tier`):
+   write-backs of evicted cached blocks to the host (read before the block is reused)
+   and loads of host hits into the fresh blocks of the prefills that follow them; the
+   order matters, since a host block written back may be one an earlier load read;
 4. ``cow_copies``: copy-on-write block copies of this step's appends and chunks;
 5. ``swap_ins``: CPU -> GPU copies of groups coming back;
 6. then run the model: ``prefills`` write their prompt's K/V, ``decodes`` write one
-   token each into ``decode_slots`` and attend over their sequence.
+   token each into ``decode_slots`` and attend over their sequence;
+7. ``host_writes``: write-through of the blocks the model has just computed to the host.
 
 Sequences in ``frees`` were released before anything else (finished, dropped beams,
 preempted by recomputation); their K/V is garbage from now on.
@@ -30,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..memory.base import KVCopy, SeqId, SwappedGroup
+from ..memory.host_tier import HostCopy
 from ..workloads.block_hashes import BlockHashes
 from ..workloads.workload import Request
 
@@ -119,6 +126,8 @@ class StepPlan:
     forks: list[ForkItem] = field(default_factory=list)
     cow_copies: list[KVCopy] = field(default_factory=list)
     swap_ins: list[tuple[SwappedGroup, list[KVCopy]]] = field(default_factory=list)
+    host_copies: list[HostCopy] = field(default_factory=list)  # 3b: loads, write-backs
+    host_writes: list[HostCopy] = field(default_factory=list)  # 7: write-through
     prefills: list[PrefillItem] = field(default_factory=list)
     decode_seq_ids: list[SeqId] = field(default_factory=list)
     decode_slots: list[int] = field(default_factory=list)  # physical slot per decode
@@ -131,6 +140,7 @@ class StepPlan:
     num_prefill_tokens_cached: int = 0  # prompt tokens a prefix cache served instead
     prefix_query_tokens: int = 0  # tokens of the admitted prompts looked up in the cache
     prefix_hit_tokens: int = 0  # of them, tokens found (as vLLM's prefix_cache_hits)
+    prefix_host_hit_tokens: int = 0  # of those, tokens loaded from a host tier
     kv_tokens_read: int = 0  # context tokens the decodes attend over
     num_batched_requests: int = 0
 
@@ -177,6 +187,8 @@ class StepPlan:
             self.kv_tokens_read += cached
         self.prefix_query_tokens += num_tokens
         self.prefix_hit_tokens += grant.computed_tokens[0]
+        if grant.host_tokens:  # the part of it a host tier loaded
+            self.prefix_host_hit_tokens += grant.host_tokens[0]
         self.num_prefill_tokens += done
         self.num_batched_requests += 1
         return done

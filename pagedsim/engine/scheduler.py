@@ -76,7 +76,7 @@ class Scheduler:
     """FCFS continuous batching over ``allocator``; one :meth:`schedule` call per step.
 
     It asks memory only through :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`
-    (``self.kv``), the nine calls of vLLM v1's shape; ``self.allocator`` is kept for
+    (``self.kv``), the ten calls of vLLM v1's shape; ``self.allocator`` is kept for
     whoever drives the same allocator's data (the kernels' caches, pictures, tests).
     """
 
@@ -177,6 +177,9 @@ class Scheduler:
 
         # 5. Count the sampled tokens and decide what the next step does.
         self._after_sampling(plan, now_s)
+        moved = kv.host_transfers()  # a host tier's copies, once the step's are all made
+        if moved is not None:
+            plan.host_copies, plan.host_writes = moved
         return plan
 
     # ---------------------------------------------------------------- policies

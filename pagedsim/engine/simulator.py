@@ -23,6 +23,7 @@ from ..memory.accounting import account
 from ..memory.base import Allocator
 from ..workloads.workload import Request
 from .cost import CostModel
+from .host_stats import HostStats
 from .plan import StepPlan
 from .request_log import REQUEST_COLUMNS, RequestLog
 from .scheduler import Scheduler, SchedulerConfig
@@ -64,6 +65,8 @@ class SimResult:
     num_cow_copies: int = 0
     #: Requests that can never run, with the scheduler's reason: ``(request_id, reason)``.
     rejections: list[tuple[int, str]] = field(default_factory=list)
+    #: The host tier's numbers (:mod:`.host_stats`), or None when the run had none.
+    host: HostStats | None = None
 
     @property
     def step_rows(self) -> list[tuple]:
@@ -239,6 +242,7 @@ def simulate(
     stalls = 0
     step_time = cost.step_time_s
     evicted = allocator.evicted_blocks
+    host = HostStats.of(allocator, cost)  # a host tier's copies cost link time
     last_shown = 0.0
     while nxt is not None or sched.has_unfinished():
         while nxt is not None and nxt.arrival_s <= now:
@@ -250,8 +254,11 @@ def simulate(
         plan = sched.schedule(now)
         if plan.is_empty:  # nothing ran: memory was only released, or all must wait
             if on_step is not None and (plan.swap_ins or plan.swap_outs or plan.forks
-                                        or plan.cow_copies):
+                                        or plan.cow_copies or plan.host_copies
+                                        or plan.host_writes):
                 on_step(sched, plan)  # but K/V moved (a swap-in alone): executors must see it
+            if host is not None:  # counted; the clock does not move in a step that ran nothing
+                host.step(plan, 0.0, charge=False)
             stalls = 0 if plan.rejected else stalls + 1  # a rejection is progress too
             if not (plan.frees or plan.preempted) and nxt is not None:
                 now = max(now, nxt.arrival_s)  # idle until the next arrival
@@ -271,6 +278,8 @@ def simulate(
         dt = step_time(plan.num_prefill_tokens, len(plan.decode_seq_ids), plan.kv_tokens_read)
         if plan.swap_outs or plan.swap_ins:
             dt += _swap_time_s(cost, plan)
+        if host is not None:
+            dt += host.step(plan, dt)
         chunk.append((
             plan.step, now, dt, len(plan.decode_seq_ids) + len(plan.prefills),
             plan.num_batched_requests, len(sched.waiting), len(sched.swapped),
@@ -322,4 +331,5 @@ def simulate(
     result.num_preemptions = sched.num_preemptions
     result.num_swaps_out = sched.num_swaps_out
     result.num_cow_copies = stats.counts["cow_copies"]
+    result.host = host
     return result

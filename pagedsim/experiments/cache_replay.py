@@ -31,6 +31,8 @@ from ..workloads.workload import Request
 #: refused before any block is hashed; a prompt of 10**15 tokens would otherwise grow the
 #: cache until memory runs out.
 MAX_REPLAY_BLOCKS = 4_000_000
+#: The ``scheme`` of a sweep's scheduler-free rows (the cache-size and host-cache sweeps).
+REPLAY_ROW = "cache-replay (no scheduler)"
 
 
 def check_replay_size(requests: Iterable[Request], block_size: int) -> int:

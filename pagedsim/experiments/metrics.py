@@ -57,6 +57,11 @@ Other numbers (units in the key names)
   ``prefill_tokens_computed`` / ``prefill_tokens_cached``: prompt tokens the model
   computed, and those a prefix cache served instead. ``evictions``: cached blocks reused
   for other content.
+* With a host tier only (:data:`pagedsim.engine.host_stats.HOST_KEYS`): the hits per tier
+  in tokens (``prefix_hits_gpu`` + ``prefix_hits_host`` = ``prefix_hits``) and their
+  rates, blocks and bytes moved each way (``host_loaded_bytes`` host -> GPU,
+  ``host_offloaded_bytes`` GPU -> host), the tier's time-weighted and largest occupancy
+  in blocks, its evictions, and the seconds its copies added to steps.
 * ``preemptions``, ``swaps`` (swap-outs), ``cow_copies`` (copy-on-write block copies):
   counts over the run; ``num_steps``: steps that ran something.
 
@@ -257,6 +262,8 @@ def summarize(result: SimResult, steps: pd.DataFrame | None = None
         "prefill_tokens_cached": counts["prefill_tokens_cached"],
         "evictions": counts["evictions"],
     })
+    if result.host is not None:  # a host tier: hits per tier, bytes each way, occupancy
+        out.update(result.host.summary(queries, hits))
     out["preemptions"] = int(result.num_preemptions)
     out["swaps"] = int(result.num_swaps_out)
     out["cow_copies"] = int(result.num_cow_copies)

@@ -6,9 +6,10 @@ and the prefix-cache hit rate against the KV pool's size on the same requests::
 
 It makes the runs of ``pagedsim compare`` (the three schemes) and ``pagedsim sweep
 cache-size`` on that trace, writes their CSVs and figures, one figure of the six shares
-over time for the three schemes, and ``README.md``, whose every number is computed here
-from those results (nothing typed in). The trace is not part of this repository (12,031
-requests, Apache-2.0; ``tests/data`` holds a 300-line sample).
+over time for the three schemes, the runs with a host tier behind the GPU pool
+(:mod:`.mooncake_host`: ``mooncake_host_tiers.*``), and ``README.md``, whose every number
+is computed here from those results (nothing typed in). The trace is not part of this
+repository (12,031 requests, Apache-2.0; ``tests/data`` holds a 300-line sample).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..workloads.traces import load_trace
 from .cache_replay import replay
+from .mooncake_host import host_runs, host_section, write_host
 from .runner import Comparison, compare, shares_frame
 from .spec import Experiment
 from .sweeps import REPLAY_ROW, sweep_cache_size
@@ -77,8 +79,11 @@ def make_mooncake_figures(trace: str, out: str | os.PathLike[str] = "figures/moo
                              progress=progress)
     paths += write_sweep("cache-size", sweep, out, experiment=exp)
     unbounded = replay(exp.requests(), exp.block_size, math.inf)
+    host = host_runs(exp, cmp, jobs=jobs, progress=progress)
+    paths += write_host(host, out)
     path = Path(out) / "README.md"
-    path.write_text(mooncake_readme(cmp, sweep, unbounded.hit_rate, out), encoding="utf-8")
+    path.write_text(mooncake_readme(cmp, sweep, unbounded.hit_rate, out) + "\n"
+                    + host_section(host, exp, out), encoding="utf-8")
     paths.append(path)
     return paths
 

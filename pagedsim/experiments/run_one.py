@@ -51,7 +51,9 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
     keep = keep_of(keep_steps)
     sched = exp.scheduler_config()
     alloc = make_allocator(scheme, exp.capacity_slots(), exp.block_size, exp.max_model_len,
-                           model=exp.model, max_num_seqs=sched.max_num_seqs)
+                           model=exp.model, max_num_seqs=sched.max_num_seqs,
+                           host_cache_blocks=exp.host_cache_blocks(),
+                           host_write_through=exp.host_write_through)
     result = simulate(exp.iter_requests(), alloc, exp.cost_model(), sched,
                       scheme=scheme, progress=progress, keep_steps=keep,
                       num_requests=None if exp.is_trace else exp.num_requests,
@@ -66,6 +68,8 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
                    rate_per_s=exp.arrival_rate_per_s(log.column("arrival_s")),
                    n=exp.n, beam_width=exp.beam_width, preemption=exp.preemption,
                    workload=exp.workload, seed=exp.seed)
+    if exp.host_cache_gb:  # only runs with a host tier carry it (the CSVs stay as they were)
+        summary["host_cache_gb"] = exp.host_cache_gb
     return summary, (None if keep.kind == "none" else result.steps())
 
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..engine.host_stats import HOST_KEYS
 from ..memory.accounting import CATEGORIES
 from ..memory.schemes import DEFAULT_SCHEMES
 from ..validate import check_choice
@@ -254,6 +255,7 @@ def json_rows(cmp: Comparison) -> list[dict[str, Any]]:
              "p50_normalized_latency_s", "p90_normalized_latency_s", *LATENCY_KEYS,
              "sharing_saving", "swaps", "cow_copies", "num_steps", "makespan_s",
              "capacity_slots", "preempted_requests", "prefix_queries", "prefix_hits")
+    extra += tuple(k for k in ("host_cache_gb", *HOST_KEYS) if k in df.columns)  # a tier
     rows = []
     for rec in df.to_dict("records"):
         rows.append({k: _plain(rec[k]) for k in (*JSON_KEYS, *extra)})

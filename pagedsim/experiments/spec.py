@@ -84,6 +84,12 @@ class Experiment:
     skips rows with 0 output tokens. Arrival times are shifted so that the first request
     arrives at t = 0 s. Whatever loading changed or left out is counted in
     :meth:`trace_report`.
+
+    ``host_cache_gb``: GiB of host memory behind a prefix cache's GPU pool
+    (:mod:`pagedsim.memory.host_tier`; 0: none; schemes without a prefix cache ignore it),
+    written back at eviction, or also at insertion with ``host_write_through``; its copies
+    overlap the compute layer by layer unless ``host_overlap`` is False
+    (:mod:`pagedsim.engine.cost`).
     """
 
     # The memory setting defaults to the paper's (pagedsim.models.budget.PAPER_OPT_13B).
@@ -111,6 +117,9 @@ class Experiment:
     #: The KV pool in token slots (rounded down to whole blocks), in place of the one the
     #: memory setting gives; None: from the memory setting. The cache-size sweep sets it.
     capacity_tokens: int | None = None
+    host_cache_gb: float = 0.0
+    host_write_through: bool = False
+    host_overlap: bool = True
 
     def __post_init__(self) -> None:
         get_model(self.model)  # unknown presets fail here, before any work
@@ -156,6 +165,10 @@ class Experiment:
                              f"{', '.join(WORKLOAD_NAMES)} nor an existing trace file")
         if self.capacity_tokens is not None:
             check_int("capacity_tokens", self.capacity_tokens, minimum=self.block_size)
+        check_host_cache_gb(self.host_cache_gb)
+        for name in ("host_write_through", "host_overlap"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         self._check_pool()
 
     def _check_pool(self) -> None:
@@ -189,6 +202,12 @@ class Experiment:
                          activation_bytes=self.activation_bytes, block_size=self.block_size,
                          num_gpus=self.num_gpus).max_tokens
 
+    def host_cache_blocks(self) -> int:
+        """Blocks of the host tier: ``host_cache_gb`` GiB over one block's K/V (all
+        layers, K and V, ``block_size`` tokens), rounded down; 0 without a tier."""
+        block_bytes = self.block_size * get_model(self.model).bytes_per_token
+        return int(self.host_cache_gb * GiB) // block_bytes
+
     def scheduler_config(self) -> SchedulerConfig:
         """The scheduler's limits; the CPU swap pool in slots from ``swap_bytes``; requests
         longer than the model's ``max_model_len`` rejected, in every scheme."""
@@ -203,7 +222,10 @@ class Experiment:
 
     def cost_model(self) -> CostModel:
         """The roofline step-time model for this model and GPUs."""
-        return CostModel(get_model(self.model), get_gpu(self.gpu), num_gpus=self.num_gpus)
+        gpu = get_gpu(self.gpu)
+        return CostModel(get_model(self.model), gpu, num_gpus=self.num_gpus,
+                         host_link_bytes_per_s=gpu.host_link_bytes_per_s,
+                         host_overlap=self.host_overlap)
 
     def requests(self) -> list[Request]:
         """The workload (deterministic: same experiment, same requests)."""
@@ -351,14 +373,34 @@ class Experiment:
             pool = f"{self.capacity_slots():,} KV slots (block {self.block_size})"
         pre = ("preemption swept (recompute, swap)" if "preemption" in swept
                else self.preemption_text())
-        return (f"{self.model} on {gpus}{preset}, {pool}, {wl}{extra}, seed {self.seed}, "
+        host = ""
+        if "host_cache_gb" in swept:
+            host = ", host tier swept"
+        elif self.host_cache_gb:
+            host = (f", host tier {self.host_cache_gb:g} GiB ("
+                    f"{'write-through' if self.host_write_through else 'write-back'}, "
+                    f"{'overlapped' if self.host_overlap else 'not overlapped'})")
+        return (f"{self.model} on {gpus}{preset}, {pool}{host}, {wl}{extra}, seed {self.seed}, "
                 f"{pre}, {self.policy} scheduling"
                 + (f", {self.order} order" if self.order != "fcfs" else ""))
 
 
 #: Fields :meth:`Experiment.label` can name as swept.
 SWEPT_FIELDS = ("block_size", "rate_per_s", "n", "beam_width", "preemption",
-                "capacity_tokens")
+                "capacity_tokens", "host_cache_gb")
+#: Most host memory a host tier may have (GiB): 1 PiB, far above any machine's, so that a
+#: typo cannot ask for billions of host blocks.
+MAX_HOST_CACHE_GB = 1 << 20
+
+
+def check_host_cache_gb(value: object) -> float:
+    """``value`` as GiB of host tier: a finite number from 0 to :data:`MAX_HOST_CACHE_GB`
+    (``ValueError`` naming it otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not (math.isfinite(value) and 0 <= value <= MAX_HOST_CACHE_GB):
+        raise ValueError(f"host_cache_gb must be a number of GiB from 0 to "
+                         f"{MAX_HOST_CACHE_GB:,}, got {value!r}")
+    return float(value)
 
 
 def check_schemes(schemes: Sequence[str]) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Sweeps: one run per value of a knob (block size, request rate, n / beam width, swap vs
-recompute, the KV pool's size for prefix caching), each returning a pandas frame with one
-row per run.
+recompute, the KV pool's size for prefix caching, a host tier's size:
+:mod:`.host_sweep`), each returning a pandas frame with one row per run.
 
 :data:`SWEEPS` registers them by the name ``pagedsim sweep`` takes, with what their
 figures plot; :func:`run_sweep` runs one by name with its defaults.
@@ -18,9 +18,10 @@ from ..memory.schemes import DEFAULT_SCHEMES
 from ..paper import SHARING_SAVINGS_ALPACA, figure13_batch
 from ..validate import check_choice
 from ..workloads.workload import MIN_RATE_PER_S
-from .cache_replay import check_replay_size, replay
+from .cache_replay import REPLAY_ROW, check_replay_size, replay
+from .host_sweep import HOST_SCHEMES, SWEEP_HOST_GB, sweep_host_cache
 from .runner import run_many
-from .spec import MAX_POOL_BLOCKS, Experiment, check_schemes
+from .spec import MAX_POOL_BLOCKS, Experiment, check_host_cache_gb, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -39,8 +40,6 @@ SWEEP_PREEMPTION_BLOCK_SIZES = (1, 4, 16, 64, 256)
 SWEEP_CACHE_TOKENS = (2048, 4096, 8192, 16384, 32768, 65536)
 #: The schemes of the cache-size sweep by default: the two that cache across requests.
 CACHE_SCHEMES = ("prefix-cache", "radix")
-#: The ``scheme`` of the cache-size sweep's scheduler-free rows (pagedsim.experiments.cache_replay).
-REPLAY_ROW = "cache-replay (no scheduler)"
 
 
 def _frame(results: Iterable[tuple[dict[str, Any], Any] | None], **extra: Sequence[Any]
@@ -153,22 +152,26 @@ SWEEPS: dict[str, tuple[Callable[..., Any], tuple[str | tuple[str, ...], ...], s
     "preemption": (sweep_preemption, ("throughput_tokens_per_s", "p50_normalized_latency_s"),
                    "block_size", True, "preemption"),
     "cache-size": (sweep_cache_size, ("prefix_hit_rate",), "capacity_slots", True, "scheme"),
+    "host-cache": (sweep_host_cache, ("prefix_hit_rate", "mean_ttft_s"), "host_cache_gb",
+                   False, "scheme"),
 }
 #: The sweeps behind the vLLM paper's figures, which ``pagedsim figures`` regenerates.
 PAPER_SWEEPS = ("block-size", "rate", "sharing", "preemption")
 
 #: The workload each sweep uses by default (sharing: Alpaca-like, as the paper's 6.3).
 SWEEP_DEFAULT_WORKLOAD = {"block-size": "sharegpt", "rate": "sharegpt", "sharing": "alpaca",
-                          "preemption": "sharegpt", "cache-size": "multi-turn"}
+                          "preemption": "sharegpt", "cache-size": "multi-turn",
+                          "host-cache": "multi-turn"}
 #: Requests per run of each sweep by default: fewer than compare's 2,000 so that a sweep
 #: of 9-20 runs takes about a minute or less on a 2-core laptop.
 SWEEP_NUM_REQUESTS: dict[str, int] = {"block-size": 1000, "rate": 800, "sharing": 1000,
-                                      "preemption": 1000, "cache-size": 1000}
+                                      "preemption": 1000, "cache-size": 1000,
+                                      "host-cache": 1000}
 #: Arrival rate (requests/s) of each sweep by default (the rate sweep varies it): 5 req/s
 #: saturates the ShareGPT-like load (see :mod:`pagedsim.experiments`); the sharing sweep
 #: uses the Alpaca-like load at the paper's Figure 13 Alpaca rate, 30 req/s.
 SWEEP_RATE: dict[str, float] = {"block-size": 5.0, "rate": 5.0, "sharing": 30.0,
-                                "preemption": 5.0, "cache-size": 5.0}
+                                "preemption": 5.0, "cache-size": 5.0, "host-cache": 5.0}
 #: Preemption mode of each sweep by default (the preemption sweep varies it). The
 #: sharing sweep swaps: vLLM v0 preempts multi-sequence groups (parallel samples, beams)
 #: by swapping, and our scheduler's recompute re-prefills each sequence of a preempted
@@ -177,7 +180,7 @@ SWEEP_RATE: dict[str, float] = {"block-size": 5.0, "rate": 5.0, "sharing": 30.0,
 #: 4.0/6.3/7.8% with swap).
 SWEEP_PREEMPTION: dict[str, str] = {"block-size": "recompute", "rate": "recompute",
                                     "sharing": "swap", "preemption": "recompute",
-                                    "cache-size": "recompute"}
+                                    "cache-size": "recompute", "host-cache": "recompute"}
 
 
 #: What each sweep shows, in one sentence (``pagedsim sweep NAME --help``).
@@ -193,6 +196,9 @@ SWEEP_ABOUT: dict[str, str] = {
     "cache-size": "prefix-cache hit rate of the caching schemes against the size of the KV "
                   "pool, beside the scheduler-free replay of the same prompts (the Mooncake "
                   "paper's Fig. 9)",
+    "host-cache": "prefix-cache hit rate per tier (GPU, host) and time to first token "
+                  "against the size of a host tier behind the GPU pool, beside the "
+                  "scheduler-free replay at the same total capacity",
 }
 #: The :class:`Experiment` fields each sweep sets per run (what its ``--values`` gives).
 SWEPT_FIELDS_OF: dict[str, tuple[str, ...]] = {
@@ -201,6 +207,7 @@ SWEPT_FIELDS_OF: dict[str, tuple[str, ...]] = {
     "sharing": ("n", "beam_width"),
     "preemption": ("preemption", "block_size"),
     "cache-size": ("capacity_tokens",),
+    "host-cache": ("host_cache_gb",),
 }
 
 
@@ -218,6 +225,9 @@ def default_values_text(name: str) -> str:
     if name == "cache-size":
         return ("KV pools of " + ", ".join(f"{c:,}" for c in SWEEP_CACHE_TOKENS)
                 + " token slots, for " + ", ".join(CACHE_SCHEMES))
+    if name == "host-cache":
+        return ("host tiers of " + ", ".join(f"{g:g}" for g in SWEEP_HOST_GB)
+                + " GiB, for " + ", ".join(HOST_SCHEMES))
     return ("recompute and swap, at block sizes "
             + ", ".join(map(str, SWEEP_PREEMPTION_BLOCK_SIZES)) + " slots")
 
@@ -235,6 +245,8 @@ def num_runs(name: str, values: Sequence[Any] | None = None,
         return len(values or SWEEP_NS) + len(values or SWEEP_BEAM_WIDTHS)
     if name == "cache-size":
         return len(values or SWEEP_CACHE_TOKENS) * len(schemes or CACHE_SCHEMES)
+    if name == "host-cache":
+        return len(values or SWEEP_HOST_GB) * len(schemes or HOST_SCHEMES)
     return len(PREEMPTION_MODES) * len(values or SWEEP_PREEMPTION_BLOCK_SIZES)
 
 
@@ -282,6 +294,11 @@ def check_values(name: str, values: Sequence[float], exp: Experiment) -> list[An
                 raise ValueError(f"sweep cache-size: values must be whole numbers from "
                                  f"{exp.block_size} to {maximum:,} ({what}), got {v:g}")
         return [int(v) for v in values]
+    elif name == "host-cache":
+        try:
+            return [check_host_cache_gb(v) for v in values]
+        except ValueError as exc:
+            raise ValueError(f"sweep host-cache: {exc}") from None
     else:
         maximum, what = MAX_SWEEP_BLOCK_SIZE, "block sizes in slots"
     out = []
@@ -309,8 +326,9 @@ def run_sweep_on(name: str, exp: Experiment, values: Sequence[float] | None = No
     n / beam widths, or pool sizes; checked by :func:`check_values`), ``schemes`` the rate
     and cache-size sweeps'."""
     check_choice("sweep", name, tuple(SWEEPS))
-    if schemes is not None and name not in ("rate", "cache-size"):
-        raise ValueError(f"--schemes applies to the rate and cache-size sweeps, not {name}")
+    if schemes is not None and name not in ("rate", "cache-size", "host-cache"):
+        raise ValueError(f"--schemes applies to the rate, cache-size and host-cache sweeps, "
+                         f"not {name}")
     vals = check_values(name, values, exp) if values is not None else None
     if name == "block-size":
         return sweep_block_size(exp, vals or SWEEP_BLOCK_SIZES, jobs=jobs, progress=progress)
@@ -322,6 +340,9 @@ def run_sweep_on(name: str, exp: Experiment, values: Sequence[float] | None = No
                              progress=progress)
     if name == "cache-size":
         return sweep_cache_size(exp, vals or SWEEP_CACHE_TOKENS, schemes or CACHE_SCHEMES,
+                                jobs=jobs, progress=progress)
+    if name == "host-cache":
+        return sweep_host_cache(exp, vals or SWEEP_HOST_GB, schemes or HOST_SCHEMES,
                                 jobs=jobs, progress=progress)
     return sweep_preemption(exp, vals or SWEEP_PREEMPTION_BLOCK_SIZES, jobs=jobs,
                             progress=progress)

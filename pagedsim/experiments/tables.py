@@ -21,6 +21,7 @@ from ..paper import (
     figure13_batch,
 )
 from ..textfmt import format_table
+from ..units import GiB
 from .runner import Comparison, shares_frame
 from .spec import WORKLOAD_NAMES, Experiment
 
@@ -153,7 +154,28 @@ def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
     if (df["part"] != cmp.part).any():
         lines.append("* never saturated (no request ever waited): shares over the whole run")
     lines.extend(rejection_lines(cmp.summary))
+    lines.extend(host_tier_lines(cmp.summary))
     return "\n".join(lines)
+
+
+def host_tier_lines(summary: pd.DataFrame) -> list[str]:
+    """One line per run with a host tier: the prompt tokens each tier served, the bytes
+    its copies moved each way and the time they added (none without a host tier)."""
+    if "prefix_hits_host" not in summary:
+        return []
+    lines = []
+    for r in summary.to_dict("records"):
+        if r.get("host_cache_blocks") != r.get("host_cache_blocks"):  # NaN: no host tier
+            continue
+        lines.append(
+            f"host tier ({r['scheme']}, {int(r['host_cache_blocks']):,} blocks): served "
+            f"{_pct(r['prefix_hit_rate'])}% of the prompt tokens looked up, "
+            f"{_pct(r['prefix_hit_rate_gpu'])}% from the GPU and "
+            f"{_pct(r['prefix_hit_rate_host'])}% from the host; loaded "
+            f"{r['host_loaded_bytes'] / GiB:,.1f} GiB, offloaded "
+            f"{r['host_offloaded_bytes'] / GiB:,.1f} GiB, the copies adding "
+            f"{r['host_transfer_s']:,.2f} s to the steps")
+    return lines
 
 
 def preemption_lines(cmp: Comparison) -> list[str]:
@@ -202,10 +224,13 @@ _SWEEP_TABLE: dict[str, tuple[str, ...]] = {
                    "swaps"),
     "cache-size": ("capacity_slots", "scheme", "prefix_hit_rate", "prefill_tokens_computed",
                    "evictions", "preemptions", "mean_batch_size"),
+    "host-cache": ("host_cache_gb", "scheme", "total_capacity_slots", "prefix_hit_rate",
+                   "prefix_hit_rate_gpu", "prefix_hit_rate_host", "mean_ttft_s", "p90_ttft_s"),
 }
 #: Columns holding fractions, printed as percentages.
 _PERCENT = {"all_internal_frag", "sat_internal_frag", "all_reserved", "all_token", "sharing_saving",
-            "paper_saving", "saturated_time_fraction", "prefix_hit_rate"}
+            "paper_saving", "saturated_time_fraction", "prefix_hit_rate",
+            "prefix_hit_rate_gpu", "prefix_hit_rate_host"}
 #: What each sweep's caption says after its workload.
 _SWEEP_NOTES = {
     "block-size": "shares: time-weighted % of the pool over the whole run (all_) or the "
@@ -218,6 +243,9 @@ _SWEEP_NOTES = {
     "cache-size": "hit rate: % of prompt tokens served from the cache; capacity and "
                   "prefill in tokens, evictions in blocks; cache-replay: no scheduler, "
                   "prompt blocks only",
+    "host-cache": "hit rate: % of prompt tokens served from the cache, by the GPU and by "
+                  "the host tier; TTFT in s; cache-replay: no scheduler, at the GPU pool "
+                  "plus the host tier's capacity",
 }
 
 
@@ -234,7 +262,7 @@ def sweep_table(name: str, df: pd.DataFrame, workload_report: str | None = None)
             if c in _PERCENT:
                 row.append(_pct(v))
             elif isinstance(v, float):
-                row.append(_fmt(v, ",.4g" if "latency" in c else ",.2f"))
+                row.append(_fmt(v, ",.4g" if "latency" in c or "ttft" in c else ",.2f"))
             else:
                 row.append(v)
         rows.append(row)

@@ -127,7 +127,8 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
 #: What each sweep's figures call it (their titles start with it).
 SWEEP_TITLES = {"block-size": "Block size", "rate": "Request rate",
                 "sharing": "Sharing (parallel sampling, beam search)",
-                "preemption": "Swap vs recompute", "cache-size": "Cache size"}
+                "preemption": "Swap vs recompute", "cache-size": "Cache size",
+                "host-cache": "Host tier"}
 #: Characters per line of a figure's setting footer (7 pt text under an 8-inch figure).
 FOOTER_CHARS = 150
 
@@ -160,6 +161,9 @@ def sweep_footer(name: str, df: pd.DataFrame, experiment: Experiment | None,
                      "tokens; median over requests.")
     if "sharing_saving" in columns:
         notes.append("Saving: 1 - physical / logical blocks, time-weighted over the run.")
+    if "mean_ttft_s" in columns:
+        notes.append("TTFT: from a request's arrival to the end of the step that sampled its "
+                     "first token; mean over finished requests.")
     if "prefix_hit_rate" in columns:
         notes.append("Hit rate: prompt tokens served from the cache / prompt tokens looked "
                      "up, over every admission (recomputations too). cache-replay: the same "
@@ -189,7 +193,8 @@ def write_sweep(name: str, df: pd.DataFrame, out: str | os.PathLike[str],
     out.mkdir(parents=True, exist_ok=True)
     _, ys, x, logx, by = SWEEPS[name]
     path = out / f"{prefix}_{name.replace('-', '_')}.csv"
-    df.drop(columns=[c for c in CSV_LEFT_OUT if c in df.columns]).to_csv(path, index=False)
+    left_out = () if name == "host-cache" else CSV_LEFT_OUT  # a new CSV: TTFT is its point
+    df.drop(columns=[c for c in left_out if c in df.columns]).to_csv(path, index=False)
     paths = [path]
     plt = _pyplot()
     for y in ys:
@@ -212,6 +217,16 @@ def write_sweep(name: str, df: pd.DataFrame, out: str | os.PathLike[str],
         # The file keeps its name: the plotted columns without their all_/sat_ prefix.
         stem = "_".join(CATEGORY_KEY.get(c, c) for c in cols)
         path = out / f"{prefix}_{name.replace('-', '_')}_{stem}.png"
+        _savefig(fig, path)
+        paths.append(path)
+    if name == "host-cache":  # and the hits per tier beside the replay at the same capacity
+        from ..plots.host_tiers import host_tier_bars
+        from .sweeps import REPLAY_ROW
+
+        fig, ax = plt.subplots(figsize=(8, 4.4))
+        host_tier_bars(df, REPLAY_ROW, ax=ax)
+        _footer(ax, sweep_footer(name, df, experiment, ["prefix_hit_rate"]))
+        path = out / f"{prefix}_host_cache_tiers.png"
         _savefig(fig, path)
         paths.append(path)
     return paths

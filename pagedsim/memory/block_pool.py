@@ -12,6 +12,10 @@ that keeps freed blocks' content, and the map from content hashes to blocks.
   for new content (:meth:`BlockPool.get_new_blocks`); ``on_release`` reports it then,
   not when it was freed, since its K/V is still wanted until that moment.
 
+* ``host``: a :class:`~.host_tier.HostTier` behind the pool, or None: an evicted block's
+  K/V is written back to it (:meth:`~.host_tier.HostTier.evicted`) before the block is
+  handed out again.
+
 Accounting: blocks in the free queue with a hash are the ``cached`` category (free to take,
 but holding reusable K/V); the others are ``free``. The block tables, reference counts,
 lookups and naming are the manager's (:mod:`pagedsim.memory.block_manager`); this
@@ -24,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from ..validate import check_int
+from .host_tier import HostTier
 
 
 class BlockPool:
@@ -31,7 +36,8 @@ class BlockPool:
 
     caches = True
 
-    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
+    def __init__(self, num_blocks: int, block_size: int = 16,
+                 host: HostTier | None = None) -> None:
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.block_size = check_int("block_size", block_size, minimum=1)
         # The free queue, least recently freed first (block 0 first at the start).
@@ -42,6 +48,7 @@ class BlockPool:
         self.num_cached_blocks = 0  # blocks in the free queue that hold a hash
         self.evicted_blocks = 0
         self.on_release: Callable[[int, int], None] | None = None
+        self.host = host  # the host tier evicted blocks are written back to, or None
 
     def get_num_free_blocks(self) -> int:
         """Blocks a new allocation may take (cached ones too: they are evicted)."""
@@ -69,7 +76,7 @@ class BlockPool:
         ``len(new_hashes)`` are named by those hashes as they are taken (an admission's
         new full blocks: one pass instead of two on the simulator's hot path)."""
         popitem, names, hook = self.free.popitem, self.hashes, self.on_release
-        bs, cached, dups = self.block_size, self.cached, self.dups
+        bs, cached, dups, host = self.block_size, self.cached, self.dups, self.host
         out = []
         evicted = 0
         num_named = len(new_hashes)
@@ -77,6 +84,8 @@ class BlockPool:
             b = popitem(last=False)[0]
             h = names[b]
             if h is not None:  # evict it (the common case of forget, inlined)
+                if host is not None:  # its K/V goes to the host before the block is reused
+                    host.evicted(b, h)
                 if cached[h] == b and h not in dups:
                     del cached[h]
                     names[b] = None
@@ -157,6 +166,8 @@ class BlockPool:
         snap["free_blocks"] = list(self.free)
         snap["cached_blocks"] = [b for b in self.free if self.hashes[b] is not None]
         snap["block_hashes"] = list(self.hashes)
+        if self.host is not None:
+            snap["host"] = self.host.describe()
 
     def check(self, referenced: set[int]) -> None:
         """Assert the free queue is the complement of the ``referenced`` blocks and the
@@ -172,3 +183,7 @@ class BlockPool:
         named = len(self.cached) + sum(len(v) for v in self.dups.values())
         assert named == sum(h is not None for h in hashes), "a named block is not in the map"
         assert self.num_cached_blocks == sum(hashes[b] is not None for b in free)
+        if self.host is not None:
+            self.host.check()
+            for b, h in self.host.pending.items():  # a write-through reads what is there
+                assert hashes[b] == h, f"block {b} waits to be written through as {h}"

@@ -121,6 +121,23 @@ class Queries:
         """Tokens of ``seq_id`` served from the prefix cache at its admission."""
         return self._get(seq_id).hit_tokens
 
+    def host_hit_tokens(self, seq_id: SeqId) -> int:
+        """Of :meth:`prefix_hit_tokens`, the tokens loaded from the host tier."""
+        return self._get(seq_id).host_hit_tokens
+
+    # ------------------------------------------------------------ host tier
+    @property
+    def host(self):
+        """The pool's host tier (:class:`~.host_tier.HostTier`), or None."""
+        return getattr(self.pool, "host", None)
+
+    def host_transfers(self):
+        """The host tier's copies since the last call (:class:`~.host_tier.HostTransfers`:
+        before the model, then after it; write-throughs get their host blocks now), or
+        None without a host tier. The scheduler calls it once a step."""
+        host = getattr(self.pool, "host", None)
+        return None if host is None else host.flush()
+
     def slot_of(self, seq_id: SeqId, index: int) -> int:
         seq = self._get(seq_id)
         if not 0 <= index < seq.num_tokens:

@@ -9,7 +9,7 @@ class Seq:
     in a caching pool, what names its blocks."""
 
     __slots__ = ("table", "num_tokens", "final_len", "content", "branch", "hashes",
-                 "hit_tokens", "next_slot", "end_slot", "node")
+                 "hit_tokens", "host_hit_tokens", "next_slot", "end_slot", "node")
 
     def __init__(self, table: list[int], num_tokens: int, final_len: int | None,
                  content: object = None, branch: int = 0, hashes: list[int] | None = None,
@@ -21,6 +21,7 @@ class Seq:
         self.branch = branch  # tells apart the generated tokens of one request's sequences
         self.hashes = hashes if hashes is not None else []  # of its full blocks, in order
         self.hit_tokens = hit_tokens  # tokens served from the cache at admission
+        self.host_hit_tokens = 0  # of them, tokens loaded from a host tier
         # The manager's fast path: appends may write straight to ``next_slot``, then the
         # next, while below ``end_slot``: free slots of a private last block before its
         # last one (filling a block may name it, so that append takes the general path).

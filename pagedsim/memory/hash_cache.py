@@ -15,6 +15,11 @@ with and which content its blocks hold:
   changes; the sequences of one admission (a recomputed group) share the full blocks
   their common prefix fills, as if each found the earlier one's blocks in the cache.
   Hits are held before new blocks are taken, so no eviction takes a block about to be hit.
+* **Host tier** (the pool's ``host``, a :class:`~.host_tier.HostTier`, or None): a lookup
+  continues the prompt's chain there after the GPU's hits; an admission loads those host
+  hits into fresh blocks (the first of its new ones, pinned in the host until loaded),
+  and with write-through every block it computes is queued for the host (the first
+  sequence of a group only: its siblings share its blocks).
 * **Naming** (:meth:`filled`): a block that becomes full during decode gets its hash too,
   so a recomputed request or the next turn of a chat finds it. With ``dedup`` a private
   block whose content is cached already goes back and the cached copy is used instead,
@@ -42,20 +47,24 @@ class HashCache:
         """Tokens of a new ``num_tokens``-token sequence the cache holds now."""
         bs, pool = self.block_size, self.pool
         most = max(num_tokens - 1, 0) // bs
-        if not most or not pool.cached:
+        if not most or not (pool.cached or pool.host):
             return 0
         # The whole chain the admission will want, so that it is hashed once.
         k, cached = 0, pool.cached  # the pool's map, read directly: the hot path
-        for h in content.chain(branch_of(seq_id), num_tokens // bs)[:most]:
+        chain = content.chain(branch_of(seq_id), num_tokens // bs)
+        for h in chain[:most]:
             if h not in cached:
                 break
             k += 1
+        if pool.host is not None:  # the prefix goes on in the host tier
+            k += pool.host.run(chain, k, most)
         return k * bs
 
     def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
-        """Per sequence (its hit blocks, its hit count with siblings', its chain), and the
-        blocks that would leave the free queue; changes nothing (but hashes ``content``)."""
-        bs, get, ref = self.block_size, self.pool.cached.get, mgr._ref
+        """Per sequence (its hit blocks, its hit count with siblings', its chain, its host
+        hits after them), and the blocks that would leave the free queue; changes nothing
+        (but hashes ``content``). Host hits take new blocks like computed ones."""
+        bs, get, ref, host = self.block_size, self.pool.cached.get, mgr._ref, self.pool.host
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
         plans, from_queue, touched, earlier = [], 0, set(), set()
         for seq_id in seq_ids:
@@ -67,8 +76,9 @@ class HashCache:
                     break
                 hit.append(b)
             k = len(hit)
+            kh = host.run(chain, k, most) if host is not None and not plans else 0
             if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
-                plans.append((hit, k, chain))
+                plans.append((hit, k, chain, kh))
                 return plans, n - k + sum(1 for b in hit if not ref[b])
             while k < most and chain[k] in earlier:  # an earlier sibling fills it
                 k += 1
@@ -78,37 +88,45 @@ class HashCache:
                     from_queue += 1
             from_queue += n - k
             earlier.update(chain[len(hit):])
-            plans.append((hit, k, chain))
+            plans.append((hit, k, chain, kh))
         return plans, from_queue
 
     def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
               content: BlockHashes, plans) -> None:
         """Carry out a plan that fits: hits first, then siblings' blocks, then new ones,
         and name every full block a sequence fills."""
-        bs, pool = self.block_size, self.pool
+        bs, pool, host = self.block_size, self.pool, self.pool.host
         n = -(-num_tokens // bs)
-        for hit, _, _ in plans:  # hits leave the free queue first: no new block evicts one
+        for hit, _, _, _ in plans:  # hits leave the free queue first: no new block evicts one
             mgr._hold_blocks(hit)
+        _, k0, chain0, kh = plans[0]
+        if kh:  # the host hits stay in the host while the new blocks' evictions write back
+            host.pin(chain0[k0:k0 + kh])
         if len(seq_ids) == 1:  # the hot path: no siblings; new blocks named as taken
-            hit, k, chain = plans[0]
-            table = hit + mgr._take(n - k, chain[k:])
+            hit, k, chain, _ = plans[0]
+            new = mgr._take(n - k, chain[k:])
+            table = hit + new
             seq = mgr._seqs[seq_ids[0]] = Seq(table, num_tokens, final_len, content,
-                                              branch_of(seq_ids[0]), list(chain), k * bs)
+                                              branch_of(seq_ids[0]), list(chain),
+                                              (k + kh) * bs)
+            if host is not None:
+                self._host_admit(seq, chain, k, kh, new)
             if num_tokens % bs:
                 mgr._set_room(seq)
             mgr._num_logical_blocks += n
             return
         names, cached, dups = pool.hashes, pool.cached, pool.dups
         siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
-        for seq_id, (hit, k, chain) in zip(seq_ids, plans, strict=True):
+        for seq_id, (hit, k, chain, kh) in zip(seq_ids, plans, strict=True):
             table = list(hit)
             for j in range(len(hit), k):
                 b = siblings[chain[j]]
                 mgr._hold_blocks([b])
                 table.append(b)
-            table += mgr._take(n - k)
+            new = mgr._take(n - k)
+            table += new
             seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
-                                          branch_of(seq_id), list(chain), k * bs)
+                                          branch_of(seq_id), list(chain), (k + kh) * bs)
             if num_tokens % bs:
                 mgr._set_room(seq)
             for j in range(k, len(chain)):  # name the full blocks this sequence fills
@@ -116,9 +134,24 @@ class HashCache:
                 names[b] = h
                 if cached.setdefault(h, b) != b:
                     dups.setdefault(h, []).append(b)
+            if host is not None and seq_id == seq_ids[0]:
+                self._host_admit(seq, chain, k, kh, new)
             if len(seq_ids) > 1:
                 siblings.update(zip(chain, table[:len(chain)], strict=True))
         mgr._num_logical_blocks += n * len(seq_ids)
+
+    def _host_admit(self, seq: Seq, chain: list[int], k: int, kh: int,
+                    new: list[int]) -> None:
+        """The host's side of an admission whose new blocks are ``new`` (after ``k``
+        hits): load the ``kh`` host hits into the first of them, queue the blocks it
+        computes for write-through."""
+        host = self.pool.host
+        if kh:
+            host.load(chain[k:k + kh], new[:kh])
+            seq.host_hit_tokens = kh * self.block_size
+        if host.write_through:
+            for j in range(k + kh, len(chain)):
+                host.inserted(new[j - k], chain[j])
 
     def filled(self, mgr, seq: Seq, index: int, h: int | None = None,
                dedup: bool = False) -> int:
@@ -140,6 +173,8 @@ class HashCache:
             pool.free_blocks([b])
             return other
         pool.cache_block(b, h)
+        if pool.host is not None:
+            pool.host.inserted(b, h)
         return b
 
     # The radix policy's hooks, which this policy does not need.

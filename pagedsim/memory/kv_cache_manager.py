@@ -1,4 +1,4 @@
-"""What the scheduler asks of memory: nine calls, in vLLM v1's shape.
+"""What the scheduler asks of memory: ten calls, in vLLM v1's shape.
 
 vLLM v1's scheduler talks to one ``KVCacheManager``: ``get_computed_blocks(request)``
 (the cached prefix), ``allocate_slots(request, num_new_tokens)`` (blocks for the next
@@ -18,7 +18,13 @@ tokens, or None when they do not fit: admission, prefill chunks and decodes alik
 ``swap_out`` / ``swap_in``  to a CPU pool and back -> the group / copies, or None
 ``num_seqs``                sequences that own memory now (will any be released?)
 ``facts``                   capacity, slots in use, slots one sequence takes
+``host_transfers``          a host tier's copies of the step, once a step
+                            (:class:`~.host_tier.HostTransfers`; None: no tier)
 ==========================  ====================================================
+
+A host tier (:mod:`~.host_tier`) reaches the scheduler only through these: the computed
+tokens count its hits too (``Grant.host_tokens`` says how many it loaded), and its copies
+(loads, write-backs of evicted blocks, write-throughs) come out of ``host_transfers``.
 
 plus ``max_model_len``, the longest sequence the scheme holds (None: no limit). The
 scheduler calls nothing else. Everything scheme-specific (whether forks share or copy,
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..workloads.block_hashes import BlockHashes
 from .base import Allocator, KVCopy, SeqId, SwappedGroup
+from .host_tier import HostTransfers
 
 if TYPE_CHECKING:
     from ..workloads.workload import Request
@@ -50,10 +57,13 @@ class Grant(NamedTuple):
     #: At admission: tokens of each sequence served from the prefix cache (their K/V is
     #: there already; only the rest is computed). Empty otherwise.
     computed_tokens: Sequence[int]
+    #: At admission with a host tier: of ``computed_tokens``, those loaded from the host
+    #: (their copies come out of :meth:`KVCacheManager.host_transfers`). Empty otherwise.
+    host_tokens: Sequence[int] = ()
 
 
 _NONE: tuple = ()  # an empty field of a Grant, shared
-_new_tuple = tuple.__new__  # a Grant from a tuple, without its Python-level constructor
+_new_tuple = tuple.__new__  # a Grant from a 4-tuple, without its Python-level constructor
 
 
 class PoolFacts(NamedTuple):
@@ -67,7 +77,7 @@ class PoolFacts(NamedTuple):
 class KVCacheManager:
     """The scheduler's calls, over ``allocator`` (see the module docstring)."""
 
-    __slots__ = ("allocator", "max_model_len", "_append", "_holds")
+    __slots__ = ("allocator", "max_model_len", "_append", "_holds", "_host")
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator
@@ -76,6 +86,7 @@ class KVCacheManager:
         self.max_model_len: int | None = getattr(allocator, "max_model_len", None)
         self._append = allocator.append_slot  # the decode hot path: one lookup
         self._holds = allocator.__contains__
+        self._host = getattr(allocator, "host", None) is not None  # a host tier behind it
 
     def hashes_of(self, request: Request) -> BlockHashes | None:
         """The block hashes of a new request, to keep with it (hashed lazily, once); None
@@ -115,13 +126,17 @@ class KVCacheManager:
                 return None
             slot, copy = self._append(seq_ids[0])
             if copy is None:
-                return _new_tuple(Grant, (_NONE, [slot], _NONE))
-            return _new_tuple(Grant, ([copy], [slot], _NONE))
+                return _new_tuple(Grant, (_NONE, [slot], _NONE, _NONE))
+            return _new_tuple(Grant, (copy if type(copy) is list else [copy], [slot], _NONE,
+                                      _NONE))
         if final_len is not None:
             if not alloc.allocate_group(seq_ids, num_new_tokens, final_len, fork_ids,
                                         watermark, content=hashes):
                 return None
-            return Grant([], [], [alloc.prefix_hit_tokens(s) for s in seq_ids])
+            hits = [alloc.prefix_hit_tokens(s) for s in seq_ids]
+            if self._host:
+                return Grant([], [], hits, [alloc.host_hit_tokens(s) for s in seq_ids])
+            return Grant([], [], hits)
         if num_new_tokens == 1:
             if not alloc.can_append_all(seq_ids):
                 return None
@@ -171,6 +186,12 @@ class KVCacheManager:
         if not self.allocator.can_swap_in(group, watermark):
             return None
         return self.allocator.swap_in(group)
+
+    def host_transfers(self) -> HostTransfers | None:
+        """The host tier's copies since the last call, in the order they must run (see
+        :mod:`~.host_tier`), or None without a host tier. Called once at the end of each
+        step: a write-through gets its host block then, after the step's other copies."""
+        return self.allocator.host_transfers() if self._host else None
 
     @property
     def num_seqs(self) -> int:

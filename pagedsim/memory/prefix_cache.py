@@ -24,6 +24,8 @@ that keeps freed blocks' content (:mod:`pagedsim.memory.block_pool`, as
   recomputed, or the next turn of a chat, finds them. ``dedup=True`` makes a block that
   fills with content already cached switch to the cached copy, as vLLM v0 and SGLang do
   (v1 keeps the duplicate).
+* ``host``: a :class:`~pagedsim.memory.host_tier.HostTier` behind the pool (evicted
+  blocks written back to it, lookups continued in it, hits loaded from it), or None.
 * :meth:`~PrefixCachingAllocator.free` returns a sequence's blocks *tail first*, so the
   tail of a chain sits nearer the head of the free queue and is evicted before the
   chain's head (evicting a head first would strand its tail: no lookup could reach it).
@@ -34,6 +36,7 @@ from __future__ import annotations
 from .block_manager import BlockManager
 from .block_pool import BlockPool
 from .hash_cache import HashCache
+from .host_tier import HostTier
 
 __all__ = ["PrefixCachingAllocator"]
 
@@ -41,6 +44,7 @@ __all__ = ["PrefixCachingAllocator"]
 class PrefixCachingAllocator(BlockManager):
     """A paged pool whose freed full blocks stay reusable until their memory is needed."""
 
-    def __init__(self, num_blocks: int, block_size: int = 16, dedup: bool = False) -> None:
-        pool = BlockPool(num_blocks, block_size)
+    def __init__(self, num_blocks: int, block_size: int = 16, dedup: bool = False,
+                 host: HostTier | None = None) -> None:
+        pool = BlockPool(num_blocks, block_size, host)
         super().__init__(pool, HashCache(pool), dedup=dedup, kind="prefix-cache")

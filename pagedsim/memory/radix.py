@@ -7,12 +7,14 @@ over SGLang's pool (:mod:`~pagedsim.memory.radix_pool`: a free list plus the tre
 evictable pages) with SGLang's policy (:mod:`~pagedsim.memory.radix_cache`: match,
 lock, insert; read its docstring for what happens when). Which unlocked leaf is evicted
 first is the tree's eviction policy (:mod:`~pagedsim.memory.radix_tree`): least
-recently used by default, as SGLang; another policy is one function.
+recently used by default, as SGLang; another policy is one function. ``host``: a
+:class:`~pagedsim.memory.host_tier.HostTier` behind the pool (HiCache's L2), or None.
 """
 
 from __future__ import annotations
 
 from .block_manager import BlockManager
+from .host_tier import HostTier
 from .radix_cache import RadixCache
 from .radix_pool import RadixPool
 from .radix_tree import Priority, RadixTree, lru
@@ -23,7 +25,7 @@ class RadixAllocator(BlockManager):
     ``eviction`` ranks the unlocked leaves (smallest first)."""
 
     def __init__(self, num_blocks: int, block_size: int = 16,
-                 eviction: Priority = lru) -> None:
-        pool = RadixPool(num_blocks, block_size, RadixTree(eviction))
+                 eviction: Priority = lru, host: HostTier | None = None) -> None:
+        pool = RadixPool(num_blocks, block_size, RadixTree(eviction), host)
         super().__init__(pool, RadixCache(pool), kind="radix")
         self.tree = pool.tree

@@ -32,6 +32,15 @@ count equals its node's ``lock_ref``, and the unlocked pages are exactly the cac
    a split-off lower part keeps its old time (SGLang restamps it), so only pages a
    request used count as used.
 
+4. Host tier (the pool's ``host``, :class:`~.host_tier.HostTier`) [HiCache]: a match
+   continues in the host after the tree's pages, by the same chained keys; an admission
+   pins those host hits, takes its new blocks (evicting leaves, whose pages are written
+   back to the host), loads the hits into the first of them, and they join the tree with
+   the pages it computes. With write-through a page is queued for the host when it joins
+   the tree. A node's tiers (:meth:`tiers`): the GPU while it is in the tree, the host
+   when the host holds all its keys (HiCache keeps an evicted node in the tree with its
+   host copy; here the host finds the same pages by key, so no evicted node is kept).
+
 A sequence without ``content`` never touches the tree. Its ``hashes`` are its full pages'
 keys (a forked child starts with its parent's: its pages full at the fork keep the
 parent's keys, as ``prefix-cache``'s hashes do).
@@ -61,17 +70,22 @@ class RadixCache:
     def lookup(self, mgr, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the tree holds now."""
         most = max(num_tokens - 1, 0) // self.block_size
-        if not most or not self.tree.root.children:
+        host = self.pool.host
+        if not most or not (self.tree.root.children or host):
             return 0
         # The whole chain the admission will want, so that it is hashed once.
         keys = content.chain(branch_of(seq_id), num_tokens // self.block_size)
-        return self.tree.match(keys, most)[3] * self.block_size
+        m = self.tree.match(keys, most)[3]
+        if host is not None:  # the prefix goes on in the host tier
+            m += host.run(keys, m, most)
+        return m * self.block_size
 
     # ------------------------------------------------------------- admission
     def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
-        """Per sequence (branch, keys, tree hit m, hit with siblings' k), and the blocks
-        the admission takes from the free list or the evictable pages; no change."""
-        bs, tree = self.block_size, self.tree
+        """Per sequence (branch, keys, tree hit m, hit with siblings' k, host hits after
+        them), and the blocks the admission takes from the free list or the evictable
+        pages; no change. Host hits (first sequence only) take new blocks."""
+        bs, tree, host = self.block_size, self.tree, self.pool.host
         n, full, most = -(-num_tokens // bs), num_tokens // bs, max(num_tokens - 1, 0) // bs
         plans: list[tuple[int, list, int, int]] = []
         to_lock: dict[Node, int] = {}  # unlocked node -> its pages the hits will lock
@@ -86,32 +100,37 @@ class RadixCache:
                 to_lock[node] = len(node.keys)
                 node = node.parent
             k = m
-            for _, other, _, _ in plans:  # pages an earlier sibling will put in the tree
+            kh = host.run(keys, m, most) if host is not None and not plans else 0
+            for _, other, _, _, _ in plans:  # pages an earlier sibling will put in the tree
                 j = k
                 while j < most and keys[j] == other[j]:
                     j += 1
                 if j > k and keys[:k] == other[:k]:
                     k = j
-            plans.append((branch, keys, m, k))
+            plans.append((branch, keys, m, k, kh))
             need += n - k
         return plans, need + sum(to_lock.values())
 
     def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
               content: BlockHashes, plans) -> None:
         """Carry out a plan that fits (see the module docstring, step 1)."""
-        bs, tree, pool = self.block_size, self.tree, self.pool
+        bs, tree, pool, host = self.block_size, self.tree, self.pool, self.pool.host
         n, full = -(-num_tokens // bs), num_tokens // bs
         # Lock every hit before taking blocks, so no eviction takes a page about to be hit.
         stamp = self.clock = self.clock + 1
         nodes = []
-        for _, keys, m, _ in plans:
+        for _, keys, m, _, _ in plans:
             node = tree.descend(keys, m, stamp) if m else tree.root
             tree.lock(node)
             if m:
                 tree.hit(node)
             nodes.append(node)
-        pool.make_room(sum(n - k for _, _, _, k in plans))
-        for seq_id, (branch, keys, m, k), node in zip(seq_ids, plans, nodes, strict=True):
+        _, keys0, m0, _, kh0 = plans[0]
+        if kh0:  # and the host hits, so no write-back of an evicted page evicts one
+            host.pin(keys0[m0:m0 + kh0])
+        pool.make_room(sum(n - k for _, _, _, k, _ in plans))
+        for seq_id, (branch, keys, m, k, kh), node in zip(seq_ids, plans, nodes,
+                                                          strict=True):
             if k > m:  # an earlier sibling's pages: move the lock down onto them
                 deeper = tree.descend(keys, k, stamp)
                 tree.lock(deeper)
@@ -121,17 +140,23 @@ class RadixCache:
             mgr._hold_blocks(table)
             new = mgr._take(n - k)
             table.extend(new)
+            if kh:  # host hits into the first new blocks, before the prefill after them
+                host.load(keys[k:k + kh], new[:kh])
             # The new full pages join the tree now (unless the last-token rule left one
             # that the tree holds already: it stays private, a duplicate until freed).
             if full > k and keys[k] not in node.children:
                 leaf = tree.add_leaf(node, keys[k:full], new[:full - k], stamp)
                 for b in leaf.blocks:
                     pool.in_tree[b] = True
+                if host is not None:  # write-through of the pages this prefill computes
+                    for j in range(k + kh, full):
+                        host.inserted(new[j - k], keys[j])
                 tree.lock(leaf)
                 tree.unlock(node)
                 node = leaf
             seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content, branch,
-                                          list(keys[:full]), k * bs)
+                                          list(keys[:full]), (k + kh) * bs)
+            seq.host_hit_tokens = kh * bs
             seq.node = node
             if num_tokens % bs:
                 mgr._set_room(seq)
@@ -171,8 +196,11 @@ class RadixCache:
                     j += 1
                 if j > i:
                     node = tree.add_leaf(node, keys[i:j], table[i:j], stamp)
-                    for b in node.blocks:
+                    host = self.pool.host
+                    for b, key in zip(node.blocks, node.keys, strict=True):
                         self.pool.in_tree[b] = True
+                        if host is not None:
+                            host.inserted(b, key)
                 break
             ck, c = child.keys, 0
             while c < len(ck) and i < full and ck[c] == keys[i]:
@@ -192,6 +220,14 @@ class RadixCache:
         seq.node = self.tree.root
 
     # ------------------------------------------------------------- pictures
+    def tiers(self, node: Node) -> tuple[str, ...]:
+        """Which tiers hold ``node``'s pages: ``"gpu"`` while it is in the tree, and
+        ``"host"`` when the host tier holds every one of its keys."""
+        host = self.pool.host
+        on_gpu = node.parent is not None
+        on_host = host is not None and all(k in host for k in node.keys)
+        return ("gpu",) * on_gpu + ("host",) * on_host
+
     def snapshot(self, snap: dict) -> None:
         snap["tree"] = self.tree.describe()
         snap["clock"] = self.clock

@@ -9,7 +9,9 @@ eviction policy (least recently used unlocked leaf, or least frequently hit:
 :mod:`~pagedsim.memory.radix_tree`) gives up a whole leaf, whose blocks join the free
 list (``on_release`` reports them then). A held block that goes back stays in the tree if
 it is a tree page, and joins the free list otherwise. The tree itself, the locks and the
-insertions are the radix policy's (:mod:`~pagedsim.memory.radix_cache`).
+insertions are the radix policy's (:mod:`~pagedsim.memory.radix_cache`). With a host
+tier (``host``, :class:`~.host_tier.HostTier`) an evicted leaf's pages are written back to
+it, tail first (so that its head, which lookups reach first, stays longest in the host).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 
 from ..errors import OutOfMemoryError
 from ..validate import check_int
+from .host_tier import HostTier
 from .radix_tree import RadixTree
 
 
@@ -27,7 +30,7 @@ class RadixPool:
     caches = True
 
     def __init__(self, num_blocks: int, block_size: int = 16,
-                 tree: RadixTree | None = None) -> None:
+                 tree: RadixTree | None = None, host: HostTier | None = None) -> None:
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.block_size = check_int("block_size", block_size, minimum=1)
         self.free = list(range(self.num_blocks - 1, -1, -1))  # first taken: 0, 1, 2...
@@ -35,6 +38,7 @@ class RadixPool:
         self.in_tree = [False] * self.num_blocks
         self.evicted_blocks = 0
         self.on_release: Callable[[int, int], None] | None = None
+        self.host = host  # the host tier evicted pages are written back to, or None
 
     def get_num_free_blocks(self) -> int:
         """Blocks an allocation may take: free ones, and cached ones (by eviction)."""
@@ -61,6 +65,9 @@ class RadixPool:
             if node is None:
                 raise OutOfMemoryError(f"need {num_blocks} free blocks, {len(free)} free and "
                                        "nothing evictable")
+            if self.host is not None:  # K/V to the host before the blocks are reused
+                for b, key in zip(reversed(node.blocks), reversed(node.keys), strict=True):
+                    self.host.evicted(b, key)
             for b in reversed(node.blocks):  # the stack then hands out its head first
                 self.in_tree[b] = False
                 free.append(b)
@@ -105,6 +112,8 @@ class RadixPool:
         snap["free_blocks"] = list(self.free)
         snap["cached_blocks"] = sorted(b for node in self.tree.nodes() if not node.lock_ref
                                        for b in node.blocks)
+        if self.host is not None:
+            snap["host"] = self.host.describe()
 
     def check(self, referenced: set[int]) -> None:
         """Assert the free list, the tree flags and the held blocks agree."""
@@ -120,3 +129,9 @@ class RadixPool:
             else:
                 assert b in in_tree or b in referenced, (
                     f"block {b} is neither free, cached nor held")
+        if self.host is not None:
+            self.host.check()
+            key_of = {b: k for node in self.tree.nodes()
+                      for b, k in zip(node.blocks, node.keys, strict=True)}
+            for b, h in self.host.pending.items():  # a write-through reads a tree page
+                assert key_of.get(b) == h, f"block {b} waits to be written through as {h}"

@@ -27,6 +27,7 @@ from ..models.specs import ModelSpec, get_model
 from ..validate import check_int
 from .base import Allocator
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
+from .host_tier import HostTier, tier
 from .hybrid import HybridAllocator
 from .hybrid_groups import hybrid_layout
 from .paged import PagedAllocator
@@ -52,7 +53,8 @@ class PoolSpec:
     model, for schemes whose unit is bytes rather than tokens (vAttention's pages);
     ``max_num_seqs``: most sequences running at once (vAttention's virtual regions);
     ``align_slots``: contiguous regions start on and span multiples of it (a real cache
-    read by the paged kernel sets it to its block size).
+    read by the paged kernel sets it to its block size); ``host_cache_blocks`` and
+    ``host_write_through``: a host tier behind a prefix cache (:func:`~.host_tier.tier`).
     """
 
     capacity_slots: int
@@ -61,6 +63,8 @@ class PoolSpec:
     model: ModelSpec | None = None
     max_num_seqs: int = 256
     align_slots: int = 1  # contiguous regions: round sizes up to this (a kernel's block)
+    host_cache_blocks: int = 0  # a host tier behind a prefix cache (blocks); 0: none
+    host_write_through: bool = False
 
     def __post_init__(self) -> None:
         check_int("align_slots", self.align_slots, minimum=1)
@@ -76,6 +80,9 @@ class PoolSpec:
             raise ValueError(f"scheme {scheme!r} needs the model (its page holds a number of "
                              "bytes, not tokens): pass model=")
         return self.model
+
+    def host_tier(self) -> HostTier | None:
+        return tier(self.host_cache_blocks, self.block_size, self.host_write_through)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +131,9 @@ def get_scheme(name: str) -> Scheme:
 
 def make_allocator(scheme: str, capacity_slots: int, block_size: int = 16,
                    max_model_len: int = 2048, model: ModelSpec | str | None = None,
-                   max_num_seqs: int = 256, align_slots: int = 1) -> Allocator:
+                   max_num_seqs: int = 256, align_slots: int = 1,
+                   host_cache_blocks: int = 0, host_write_through: bool = False
+                   ) -> Allocator:
     """An empty allocator for ``scheme`` over a pool of ``capacity_slots`` token slots
     (paged: ``capacity_slots // block_size`` blocks of ``block_size`` slots); see
     :class:`PoolSpec` for the rest. Every allocator it builds knows ``max_model_len``,
@@ -134,7 +143,8 @@ def make_allocator(scheme: str, capacity_slots: int, block_size: int = 16,
     if isinstance(model, str):
         model = get_model(model)
     alloc = entry.build(PoolSpec(capacity_slots, block_size, max_model_len, model,
-                                 max_num_seqs, align_slots))
+                                 max_num_seqs, align_slots, host_cache_blocks,
+                                 host_write_through))
     if getattr(alloc, "max_model_len", None) is None:
         alloc.max_model_len = max_model_len
     return alloc
@@ -182,7 +192,8 @@ register(Scheme(
 
 def _prefix_cache(dedup: bool) -> Callable[[PoolSpec], Allocator]:
     def build(pool: PoolSpec) -> PrefixCachingAllocator:
-        return PrefixCachingAllocator(_paged(pool).num_blocks, pool.block_size, dedup)
+        return PrefixCachingAllocator(_paged(pool).num_blocks, pool.block_size, dedup,
+                                      pool.host_tier())
     return build
 
 
@@ -197,7 +208,7 @@ register(Scheme(
 
 
 def _radix(pool: PoolSpec) -> RadixAllocator:
-    return RadixAllocator(_paged(pool).num_blocks, pool.block_size)
+    return RadixAllocator(_paged(pool).num_blocks, pool.block_size, host=pool.host_tier())
 
 
 register(Scheme(
@@ -207,7 +218,8 @@ register(Scheme(
 register(Scheme(
     "radix-lfu", "RadixAttention with SGLang's LFU eviction: the unlocked leaf hit least "
     "often goes first (then the least recently used)", "paged", "blocks",
-    lambda pool: RadixAllocator(_paged(pool).num_blocks, pool.block_size, eviction=lfu)))
+    lambda pool: RadixAllocator(_paged(pool).num_blocks, pool.block_size, eviction=lfu,
+                                host=pool.host_tier())))
 
 _RESERVATION_WORDS = {
     "max": "max_model_len slots per request",

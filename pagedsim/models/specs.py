@@ -19,17 +19,21 @@ __all__ = ["GPUS", "MODELS", "GpuSpec", "ModelSpec", "get_gpu", "get_model"]
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
-    """An accelerator: memory in bytes, HBM bandwidth in bytes/s, dense fp16/bf16 peak in flop/s."""
+    """An accelerator: memory in bytes, HBM bandwidth in bytes/s, dense fp16/bf16 peak in
+    flop/s, and the bandwidth of its link to host memory in bytes/s per direction (what a
+    host tier of the KV cache moves blocks over: :data:`PCIE4_X16_BYTES_PER_S`, ...)."""
 
     name: str
     memory_bytes: int
     hbm_bytes_per_s: float
     peak_flops_per_s: float
+    host_link_bytes_per_s: float = 25e9
 
     def __post_init__(self) -> None:
         check_int(f"{self.name}: memory_bytes", self.memory_bytes, minimum=1)
-        if not self.hbm_bytes_per_s > 0 or not self.peak_flops_per_s > 0:
-            raise ValueError(f"{self.name}: bandwidth and peak flop/s must be > 0")
+        if not self.hbm_bytes_per_s > 0 or not self.peak_flops_per_s > 0 \
+                or not self.host_link_bytes_per_s > 0:
+            raise ValueError(f"{self.name}: bandwidths and peak flop/s must be > 0")
 
 
 def _params_bytes(num_params: float, dtype_bytes: int = 2) -> int:
@@ -64,15 +68,24 @@ def _add_current_models() -> None:
 
 _add_current_models()
 
+#: Host links, bytes/s per direction, as pinned-memory copies reach them in practice.
+#: PCIe 4.0 x16 carries 31.5 GB/s in theory (16 GT/s x 16 lanes, 128b/130b coding),
+#: PCIe 5.0 x16 twice that (63 GB/s); copies reach about 80% of it. A GH200's Grace CPU
+#: and Hopper GPU are joined by NVLink-C2C instead, 450 GB/s each way (900 GB/s in all).
+PCIE4_X16_BYTES_PER_S = 25e9
+PCIE5_X16_BYTES_PER_S = 50e9
+NVLINK_C2C_BYTES_PER_S = 450e9
+
 #: GPU presets. Memory is what ``nvidia-smi`` reports (MiB), HBM bandwidth and dense
-#: fp16/bf16 tensor-core peak are NVIDIA's datasheet figures (SXM parts).
+#: fp16/bf16 tensor-core peak are NVIDIA's datasheet figures (SXM parts); the host link
+#: is the A100's PCIe 4.0 x16 and the H100's and H200's PCIe 5.0 x16.
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        GpuSpec("a100-40gb", 40960 * MiB, 1.555e12, 312e12),
-        GpuSpec("a100-80gb", 81920 * MiB, 2.039e12, 312e12),
-        GpuSpec("h100-80gb", 81559 * MiB, 3.35e12, 989e12),
-        GpuSpec("h200-141gb", 143771 * MiB, 4.8e12, 989e12),
+        GpuSpec("a100-40gb", 40960 * MiB, 1.555e12, 312e12, PCIE4_X16_BYTES_PER_S),
+        GpuSpec("a100-80gb", 81920 * MiB, 2.039e12, 312e12, PCIE4_X16_BYTES_PER_S),
+        GpuSpec("h100-80gb", 81559 * MiB, 3.35e12, 989e12, PCIE5_X16_BYTES_PER_S),
+        GpuSpec("h200-141gb", 143771 * MiB, 4.8e12, 989e12, PCIE5_X16_BYTES_PER_S),
     )
 }
 
