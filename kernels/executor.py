@@ -30,8 +30,11 @@ turn repeats them) are taken from it rather than sampled, else a later turn's ca
 would be K/V of other tokens.
 
 Order of work in a step (see :mod:`pagedsim.engine.plan`): scrub released memory (except what
-this step swaps out), fork copies, read swap-outs to the CPU and scrub them,
-copy-on-write copies, swap-ins, then the model (prefills, then decodes). Forks come
+this step swaps out or writes back to a host tier), fork copies, read swap-outs to the CPU
+and scrub them, the host tier's copies in order (write-backs of evicted blocks, loads of
+host hits; then the written-back blocks are scrubbed unless a load filled them),
+copy-on-write copies, swap-ins, then the model (prefills, then decodes), then the host
+tier's write-throughs of what the model computed (:mod:`pagedsim.kernels.host_cache`). Forks come
 first because the scheduler forks before it preempts: a fork writes only into memory
 it held before any preemption of this step, and a group may fork and be swapped out in
 the same step (its children's K/V must be in place when the swap-out reads it).
@@ -50,6 +53,7 @@ from pagedsim.engine.scheduler import Scheduler
 from pagedsim.workloads.prompts import named_tokens, prompt_tokens
 from pagedsim.workloads.workload import Request
 
+from .host_cache import HostKV
 from .kv_cache import KVCache, SwappedKV
 from .model import Decoder
 
@@ -84,6 +88,9 @@ class RealExecutor:
         self._contents: dict[int, list[int]] = {}  # request id -> token ids it names
         cache.allocator.on_release = self._on_release
         self.num_steps = 0
+        #: The host tier's blocks on the CPU, when the allocator has a host tier.
+        self.host = (HostKV(cache) if getattr(cache.allocator, "host", None) is not None
+                     else None)
 
     def _on_release(self, start_slot: int, num_slots: int) -> None:
         self._released.append((start_slot, num_slots))
@@ -166,9 +173,15 @@ class RealExecutor:
         swap_src = {c.src_slot + i for g in plan.swap_outs for c in g.out_copies
                     for i in range(c.num_slots)}
         swapped_ids = {s for g in plan.swap_outs for s in g.seq_ids}
+        # Evicted blocks a host tier writes back are read at 3b, then scrubbed, unless a
+        # load has filled them again by then.
+        bs = cache.config.block_size
+        backs = {c.gpu_block * bs + i for c in plan.host_copies if c.to_host for i in range(bs)}
+        loads = {c.gpu_block * bs + i for c in plan.host_copies if not c.to_host
+                 for i in range(bs)}
         # 1. Scrub memory released since the last step (finished requests, dropped beams,
         #    recomputed groups); this step's forks and appends may already reuse it.
-        self._scrub(self._released, keep=swap_src)
+        self._scrub(self._released, keep=swap_src | backs)
         # 2. Forks: the child gets the parent's tokens (copied where the scheme does not
         #    share) and samples its own next token from the parent's last logits. They run
         #    before the swap-out reads: a group may fork and be swapped out in one step.
@@ -186,7 +199,12 @@ class RealExecutor:
         #    may be handed out again below), then scrub them.
         for group in plan.swap_outs:
             self.swapped[id(group)] = cache.read_swapped(group)
-        self._scrub(self._released, only=swap_src)
+        self._scrub(self._released, only=swap_src - backs)
+        # 3b. The host tier: write-backs and loads, in the order the allocator made them.
+        if plan.host_copies:
+            assert self.host is not None
+            self.host.run(plan.host_copies)
+            self._scrub(self._released, only=backs - loads)
         self._released.clear()
         # 4. Copy-on-write copies of this step's appends.
         cache.run_copies(plan.cow_copies)
@@ -237,6 +255,10 @@ class RealExecutor:
                 self.pending[seq_id] = self._next_token(request, len(self.tokens[seq_id]), row)
                 self.step_logits.append((request.request_id, seq_id, len(self.tokens[seq_id]),
                                          row))
+        # 8. The host tier's write-throughs: blocks the model has just computed.
+        if plan.host_writes:
+            assert self.host is not None
+            self.host.run(plan.host_writes)
         # Forget finished requests' sequences (their memory is freed next step) and
         # rejected ones' (already freed by the scheduler).
         for rid in (*plan.finished, *plan.rejected):
