@@ -260,3 +260,23 @@ def test_an_experiment_with_a_sliding_model_has_window_groups_only_under_hybrid(
     # every step: the sliding group holds no more than the full one
     wide = frame.pivot_table(index="step", columns="group", values="blocks")
     assert (wide[1] <= wide[0]).all()
+
+
+def test_compare_on_gpt_oss_writes_the_groups_figure(tmp_path, capsys):
+    """``pagedsim compare --model gpt-oss-...``: the all-full and hybrid rows, a line saying
+    how many blocks the sliding group gave back, and the per-group CSV and figure."""
+    import pandas as pd
+
+    from pagedsim.cli import main
+
+    argv = ["compare", "--model", "gpt-oss-20b", "--gpu", "h100-80gb", "--num-requests", "30",
+            "--jobs", "1", "--out", str(tmp_path), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "all-full" in out and "hybrid" in out
+    assert "hybrid: its sliding-window groups gave" in out
+    frame = pd.read_csv(tmp_path / "compare_hybrid_groups.csv")
+    assert set(frame["scheme"]) == {"hybrid"} and set(frame["kind"]) == {"full", "sliding"}
+    freed = frame[frame["kind"] == "sliding"]["freed_blocks_total"].max()
+    assert freed > 0 and f"gave {freed:,} blocks back" in out
+    assert (tmp_path / "compare_hybrid_groups_hybrid.png").stat().st_size > 0

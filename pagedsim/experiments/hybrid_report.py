@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..engine.simulator import KeepSteps, simulate
-from ..memory.hybrid_groups import hybrid_layout
+from ..memory.hybrid_groups import describe_groups, hybrid_layout
 from ..memory.schemes import get_scheme, make_allocator
 from ..models.specs import get_model
 from .spec import Experiment
@@ -65,7 +65,11 @@ def group_timeline(exp: Experiment, scheme: str) -> pd.DataFrame:
     simulate(exp.iter_requests(), alloc, exp.cost_model(), sched, scheme=scheme,
              progress=False, on_step=on_step, keep_steps=KeepSteps.none(),
              num_requests=None if exp.is_trace else exp.num_requests)
-    return pd.DataFrame.from_records(rows, columns=list(GROUP_COLUMNS))
+    frame = pd.DataFrame.from_records(rows, columns=list(GROUP_COLUMNS))
+    # The pool in words, for a figure's title: the groups and the blocks they share.
+    frame.attrs["pool"] = (f"{describe_groups(alloc.groups)}; {alloc.num_blocks:,} blocks of "
+                           f"{alloc.block_size}")
+    return frame
 
 
 def thin_groups(frame: pd.DataFrame, max_steps: int) -> pd.DataFrame:
@@ -110,8 +114,8 @@ def write_hybrid_groups(exp: Experiment, schemes: Sequence[str],
                      f"the window ({dropped:,} table entries; at most {int(peak):,} null "
                      "entries at once)")
         fig, ax = plt.subplots(figsize=(10, 4.2))
-        group_blocks(frame, ax=ax, title=f"{scheme}: blocks per KV-cache group\n"
-                                         f"{exp.label()}")
+        group_blocks(frame, ax=ax, title=f"{scheme}: blocks per KV-cache group "
+                                         f"({frame.attrs['pool']})\n{exp.label()}")
         path = out / f"{prefix}_hybrid_groups_{scheme}.png"
         _savefig(fig, path)
         paths.append(path)
