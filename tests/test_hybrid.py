@@ -280,3 +280,26 @@ def test_compare_on_gpt_oss_writes_the_groups_figure(tmp_path, capsys):
     freed = frame[frame["kind"] == "sliding"]["freed_blocks_total"].max()
     assert freed > 0 and f"gave {freed:,} blocks back" in out
     assert (tmp_path / "compare_hybrid_groups_hybrid.png").stat().st_size > 0
+
+
+def test_a_refused_admission_is_retried_once_the_window_gives_blocks_back(monkeypatch):
+    """Request 0 (64 tokens) fills 32 of 40 blocks; request 1 needs 20 and waits. At request
+    0's first decode its sliding group gives 14 blocks back: request 1 starts then, long
+    before request 0 finishes, though the scheduler released nothing (it retries a refused
+    admission only when memory came back: ``freed_while_running_blocks`` says so)."""
+    from pagedsim.memory.kv_cache_manager import KVCacheManager
+
+    def starts_and_ends():
+        alloc = HybridAllocator(40, 4, (FULL, SLIDE))
+        reqs = [Request(0, 0.0, 64, 40), Request(1, 0.0, 40, 4)]
+        model = get_model("gpt-oss-20b")  # for the step times only
+        res = simulate(reqs, alloc, CostModel(model, get_gpu("h100-80gb")), SchedulerConfig(),
+                       progress=False)
+        rows = {row[0]: row for row in res.request_rows}
+        return rows[1][6], rows[0][8]  # request 1's first scheduling, request 0's finish
+
+    started, finished = starts_and_ends()
+    assert started < finished
+    monkeypatch.setattr(KVCacheManager, "freed_while_running_blocks", property(lambda _: 0))
+    started, finished = starts_and_ends()  # blind to the window: it waits for the release
+    assert started >= finished

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What the manager offers the scheduler: ten calls and one fact.
 MANAGER_MEMBERS = {"hashes_of", "get_computed_tokens", "allocate_slots", "fork", "free",
                    "swap_out", "swap_in", "num_seqs", "facts", "host_transfers",
-                   "max_model_len"}
+                   "max_model_len", "freed_while_running_blocks"}
 
 
 def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:

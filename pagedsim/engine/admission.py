@@ -66,13 +66,16 @@ def admit(sched: Scheduler, plan: StepPlan, now_s: float, budget: int,
         if prefill_tokens > budget and not can_chunk and not alone:
             break
         blocked = sched._blocked
+        # Memory comes back when the scheduler releases some, or when the scheme gives
+        # blocks back on its own (a sliding window's): either is a new epoch.
+        epoch = sched._releases + sched.kv.freed_while_running_blocks
         if (blocked is not None and blocked[0] is group and chunk >= blocked[1]
-                and blocked[2] == sched._releases):
+                and blocked[2] == epoch):
             break  # it did not fit, and nothing was released since
         grant = _allocate_group(sched, group, chunk, recompute)
         if grant is None:
             if sched.kv.num_seqs or sched.running:
-                sched._blocked = (group, chunk, sched._releases)
+                sched._blocked = (group, chunk, epoch)
                 break  # memory will be released: wait
             # Nothing else holds memory. The watermark keeps room for running requests'
             # growth; with none running it must not keep a request out for good.

@@ -69,6 +69,8 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         #: that went back to the pool (nobody else held them), since the start.
         self.window_dropped_entries = [0] * len(groups)
         self.window_freed_blocks = [0] * len(groups)
+        #: All groups' together: what the scheduler reads to retry a refused admission.
+        self.freed_while_running_blocks = 0
         self._swap_token = object()
         self._swapped_ids: set[SeqId] = set()
 
@@ -256,6 +258,7 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
             self._num_logical_blocks -= cut - first
             self.window_dropped_entries[g] += cut - first
             self.window_freed_blocks[g] += len(back)
+            self.freed_while_running_blocks += len(back)
             self.group_blocks[g] -= len(back)
             pool.free_blocks(back)
 

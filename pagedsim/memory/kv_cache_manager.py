@@ -26,7 +26,10 @@ A host tier (:mod:`~.host_tier`) reaches the scheduler only through these: the c
 tokens count its hits too (``Grant.host_tokens`` says how many it loaded), and its copies
 (loads, write-backs of evicted blocks, write-throughs) come out of ``host_transfers``.
 
-plus ``max_model_len``, the longest sequence the scheme holds (None: no limit). The
+plus ``max_model_len``, the longest sequence the scheme holds (None: no limit), and
+``freed_while_running_blocks``, the blocks the scheme gave back to its pool on its own so
+far, between the scheduler's frees (the hybrid manager's sliding-window groups, behind the
+window; 0 for every other scheme): memory an admission refused before may now find. The
 scheduler calls nothing else. Everything scheme-specific (whether forks share or copy,
 a watermark, rooms held for forks, what a swap-out costs) stays behind the allocator,
 so the scheduler never asks which scheme it drives. The wider
@@ -77,7 +80,7 @@ class PoolFacts(NamedTuple):
 class KVCacheManager:
     """The scheduler's calls, over ``allocator`` (see the module docstring)."""
 
-    __slots__ = ("allocator", "max_model_len", "_append", "_holds", "_host")
+    __slots__ = ("allocator", "max_model_len", "_append", "_holds", "_host", "_gives_back")
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator
@@ -87,6 +90,8 @@ class KVCacheManager:
         self._append = allocator.append_slot  # the decode hot path: one lookup
         self._holds = allocator.__contains__
         self._host = getattr(allocator, "host", None) is not None  # a host tier behind it
+        # Whether the scheme gives blocks back on its own (read once: admission asks often).
+        self._gives_back = hasattr(allocator, "freed_while_running_blocks")
 
     def hashes_of(self, request: Request) -> BlockHashes | None:
         """The block hashes of a new request, to keep with it (hashed lazily, once); None
@@ -192,6 +197,12 @@ class KVCacheManager:
         :mod:`~.host_tier`), or None without a host tier. Called once at the end of each
         step: a write-through gets its host block then, after the step's other copies."""
         return self.allocator.host_transfers() if self._host else None
+
+    @property
+    def freed_while_running_blocks(self) -> int:
+        """Blocks the scheme gave back on its own so far, not at a free (a sliding
+        window's, behind it); 0 for schemes that never do."""
+        return self.allocator.freed_while_running_blocks if self._gives_back else 0
 
     @property
     def num_seqs(self) -> int:
