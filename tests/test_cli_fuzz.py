@@ -43,6 +43,7 @@ VALID = {
     "--swap-gb": {"0", "1.5"},
     "--gpu-memory-utilization": set(),
     "--kv-cache-memory-gb": {"1.5"},
+    "--host-cache-gb": {"0", "1.5"},  # 0: no host tier
 }
 #: Flags that take text, not numbers: each with its own bad values instead of BAD.
 TEXT_BAD = {

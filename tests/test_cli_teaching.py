@@ -82,7 +82,9 @@ def test_each_sweep_has_its_own_help_with_its_real_defaults(
     # Compare's defaults appear nowhere in a sweep's help.
     assert f"{DEFAULT_NUM_REQUESTS:,}" not in " ".join(helps.values())
     assert "for compare" not in out
-    assert ("--schemes" in helps) == (name in ("rate", "cache-size"))
+    assert ("--schemes" in helps) == (name in ("rate", "cache-size", "host-cache"))
+    if "host_cache_gb" in swept:
+        assert helps["--host-cache-gb"].startswith("set per run by the host-cache sweep")
 
 
 def test_sweep_helps_differ_and_the_overview_lists_every_sweep(
