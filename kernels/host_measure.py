@@ -14,7 +14,7 @@ A write-back that never ran, a load into the wrong block, or a released block no
 scrubbed shows in the first two; a host copy that never ran or a host entry that lost
 its block in the third. Both runs must make the same plans, the host tier's hits
 included (``sim_host_hit_tokens`` from the simulator's plans). That the loaded K/V is
-the right K/V is the logits test's (``tests/test_kernels_host_tier.py``).
+the right K/V is the logits test's (``tests/kernels/test_kernels_host_tier.py``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Each exercise is three code cells after its markdown question:
 
 The check refuses to judge until both are done: with the knob still at its committed value
 it says which value to set, and with no prediction it asks for one, and in neither case does
-it show the answer. tests/test_notebooks.py runs every exercise with the sample prediction
+it show the answer. tests/notebooks/test_notebooks.py runs every exercise with the sample prediction
 stored in the prediction cell's metadata (key ``exercise``) and the knob at the asked value,
 and requires the verdict the metadata names.
 """

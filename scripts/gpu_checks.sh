@@ -15,7 +15,7 @@ mkdir -p "$out"
 echo "GPU: $gpu  date: $day  out: $out"
 # A failing kernel test must not stop the benchmarks below: its summary lands in the file.
 ${TESTS_TIMEOUT:+timeout $TESTS_TIMEOUT} python -m pytest -q --tb=line -rfE \
-    tests/test_kernels_attention.py tests/test_kernels_cache_ops.py tests/test_kernels_bench.py \
+    tests/kernels/test_kernels_attention.py tests/kernels/test_kernels_cache_ops.py tests/kernels/test_kernels_bench.py \
     2>&1 | tee "$out/kernel_tests.txt" || echo "kernel tests: not all passed (see kernel_tests.txt)"
 python -m pagedsim.kernels.bench --out "$out/bench.csv" --plot "$out/bench.png" --max-minutes "${BENCH_MINUTES:-4}" \
     | tee "$out/bench.txt"

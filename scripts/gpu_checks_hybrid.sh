@@ -17,7 +17,7 @@ out=${1:-figures/gpu/${gpu}_${day}_hybrid}
 mkdir -p "$out"
 echo "GPU: $gpu  date: $day  out: $out"
 ${TESTS_TIMEOUT:+timeout $TESTS_TIMEOUT} python -m pytest -q --tb=line -rfE \
-    tests/test_kernels_sliding.py tests/test_kernels_hybrid.py \
+    tests/kernels/test_kernels_sliding.py tests/kernels/test_kernels_hybrid.py \
     2>&1 | tee "$out/kernel_tests.txt" || echo "kernel tests: not all passed (see kernel_tests.txt)"
 windows=$(python -c "print(','.join('128' if i % 2 == 0 else '0' for i in range(16)))")
 python -m pagedsim.kernels.measure --schemes hybrid,all-full \

@@ -2,7 +2,7 @@
 
 One marker per task (``lab5_1`` ... ``lab5_4``). The graders reach your code only through
 ``adapters``. The worked examples are the scenarios vLLM's own prefix-caching tests check
-(blocks of 16 tokens), as pagedsim's ``tests/test_prefix_cache.py`` runs them on
+(blocks of 16 tokens), as pagedsim's ``tests/memory/test_prefix_cache.py`` runs them on
 ``pagedsim.memory.PrefixCachingAllocator``; their block ids and counts are what that
 allocator gives for the same calls. The request streams' numbers were computed once by
 serving the same stream with :class:`Oracle` (pagedsim's ``PrefixCachingAllocator``

@@ -35,7 +35,7 @@ Parallel runs and clusters
 --------------------------
 Schemes (and sweep configurations) are independent, so they run in separate processes
 through joblib (``jobs``: -1 = every CPU; 1 = in this process). Every run is seeded, so
-the results do not depend on ``jobs`` (``tests/test_compare.py`` checks it). To spread a
+the results do not depend on ``jobs`` (``tests/experiments/test_compare.py`` checks it). To spread a
 large sweep over a Dask cluster (``pip install "pagedsim[dask]"``), run it inside a
 :class:`~pagedsim.experiments.dask_runner.DaskRunner` (``pagedsim sweep NAME --dask
 ADDRESS`` does); the runs then go to the cluster's workers and the results are the same::

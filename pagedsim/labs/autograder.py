@@ -59,7 +59,7 @@ def setup_script(lab: LabInfo, requirements: list[str], kernels: bool) -> str:
     and the graders' needs in it; torch pinned to :data:`TORCH_PIN`, a CPU build.
 
     ``$AUTOGRADER_ROOT`` (default ``/autograder``) and ``$PYTHON`` (default ``python3``)
-    let it run outside Gradescope (tests/test_labs.py runs it so)."""
+    let it run outside Gradescope (tests/labs/test_labs.py runs it so)."""
     target = ".[kernels]" if kernels else "."
     lines = [
         "#!/usr/bin/env bash",
@@ -112,7 +112,7 @@ def run_script(lab: LabInfo) -> str:
 
     ``$AUTOGRADER_ROOT`` (default ``/autograder``) and ``$PYTHON`` (default setup.sh's
     ``$AUTOGRADER_ROOT/venv/bin/python``) let the script run outside Gradescope too
-    (tests/test_labs.py runs it so)."""
+    (tests/labs/test_labs.py runs it so)."""
     names = " ".join(shlex.quote(n) for n in lab.student_files)
     return f"""#!/usr/bin/env bash
 # Gradescope runs this for every submission. The student's files ({', '.join(lab.student_files)})

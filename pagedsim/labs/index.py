@@ -3,7 +3,7 @@
 ``python -m pagedsim.labs.index`` prints the table; ``--write`` puts it into
 ``labs/README.md`` between the two marker lines (everything else in that file is left as
 it is); ``--check`` exits 1 if the file's table is not the one the lab.json files give
-(tests/test_labs.py checks the same).
+(tests/labs/test_labs.py checks the same).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def load_mutants(lab: LabInfo) -> list[Mutant]:
     if spec is None or spec.loader is None:
         raise LabError(f"{path}: cannot be imported")
     module = importlib.util.module_from_spec(spec)
-    # Graders may run in threads (tests/test_labs.py): one import at a time, since the
+    # Graders may run in threads (tests/labs/test_labs.py): one import at a time, since the
     # module sits in sys.modules under a fixed name while it runs.
     with _IMPORT_LOCK:
         sys.modules[module_name] = module  # dataclasses defined there look their module up

@@ -8,7 +8,7 @@ into the grading folder, takes the run's environment, puts the folder first on
 ``sys.path`` (as ``python -m pytest`` does with its working directory) and calls
 ``pytest.main`` with the same arguments; its output goes to a file the parent reads.
 Everything else (the grading copy, the plugin's records, the scoring) is the same code.
-``tests/test_labs.py`` grades every lab's reference, starter and mutants through two of
+``tests/labs/test_labs.py`` grades every lab's reference, starter and mutants through two of
 them; the command line always starts a fresh process.
 
 Unix only (it needs ``os.fork``). Modules preloaded must be safe to fork after import:

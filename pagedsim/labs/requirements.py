@@ -12,7 +12,7 @@ from .meta import LabInfo
 from .pysource import parse
 
 #: Import name -> pip requirement, for what graders commonly import; the pins are
-#: pyproject's (its ``dev`` extra; tests/test_labs.py keeps them equal).
+#: pyproject's (its ``dev`` extra; tests/labs/test_labs.py keeps them equal).
 KNOWN_REQUIREMENTS = {"pytest": "pytest>=8", "hypothesis": "hypothesis>=6.100"}
 #: Imports that call for the extra ``pagedsim[kernels]`` (torch and triton).
 KERNEL_IMPORTS = ("torch", "triton", "pagedsim.kernels")

@@ -1,7 +1,7 @@
 """Measure how long grading takes: ``python -m pagedsim.labs.timings [--suite] [--write]``.
 
 For every lab, one grader run on the reference and one on the released starter; with
-``--suite``, also the whole ``tests/test_labs.py`` in a fresh ``python -m pytest``. Each
+``--suite``, also the whole ``tests/labs/test_labs.py`` in a fresh ``python -m pytest``. Each
 is reported as wall seconds and as CPU seconds (user + system, of every process the run
 started): on a busy machine the wall time grows with the load, the CPU time hardly. The
 load average before and after is printed with the table, so a reader can tell. Prints a
@@ -73,10 +73,10 @@ def measure_labs(labs_dir: Path | None = None) -> list[dict]:
 
 
 def measure_suite(root: Path) -> tuple[float, float, str]:
-    """Wall and CPU seconds of ``python -m pytest -q tests/test_labs.py`` in ``root``, and
+    """Wall and CPU seconds of ``python -m pytest -q tests/labs/test_labs.py`` in ``root``, and
     pytest's summary line."""
     proc, wall, cpu = timed(lambda: subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_labs.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/labs/test_labs.py"],
         cwd=root, capture_output=True, text=True))
     lines = [line for line in proc.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     return wall, cpu, (lines[-1].strip("= ") if lines else f"exit status {proc.returncode}")
@@ -109,7 +109,7 @@ def table(rows: list[dict], suite: tuple[float, float, str] | None,
                       f"{sum(r['reference_s'] for r in rows):.0f} s wall, "
                       f"{sum(r['reference_cpu_s'] for r in rows):.0f} s CPU."]
     if suite is not None:
-        lines += ["", f"Whole `tests/test_labs.py` (every lab's reference, starter and mutants, "
+        lines += ["", f"Whole `tests/labs/test_labs.py` (every lab's reference, starter and mutants, "
                       f"two grader runs at a time, plus the framework's own tests): "
                       f"{suite[0]:.0f} s wall, {suite[1]:.0f} s CPU ({suite[2]})."]
     return "\n".join(lines)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pagedsim.labs.timings",
                                      description="Time each lab's grader runs (markdown).")
     parser.add_argument("--suite", action="store_true",
-                        help="also time the whole tests/test_labs.py (needs the repository)")
+                        help="also time the whole tests/labs/test_labs.py (needs the repository)")
     parser.add_argument("--write", action="store_true",
                         help="put the table into labs/INSTRUCTORS.md between its marker lines")
     args = parser.parse_args(argv)

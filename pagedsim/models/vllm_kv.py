@@ -8,7 +8,7 @@ vLLM then logs::
     Maximum concurrency for M tokens per request: C x
 
 The rules are those of ``vllm/v1/core/kv_cache_utils.py`` and ``kv_cache_interface.py``
-as read at vLLM's main branch (2026); tests/test_vllm_logs.py checks them against start-up
+as read at vLLM's main branch (2026); tests/models/test_vllm_logs.py checks them against start-up
 lines of v0.9 to v0.10 (kv_cache_utils.py's log lines 716 to 1013), which they reproduce.
 Where versions differ it is said below.
 

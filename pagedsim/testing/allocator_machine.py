@@ -28,7 +28,7 @@ lab's, can be tested with the groups it supports:
   the scheduler's seam, :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`
   (admission, decodes, chunks and swap-outs; a refusal changes nothing).
 
-:class:`FullAllocatorMachine` has every group (``tests/test_allocator_state.py`` runs
+:class:`FullAllocatorMachine` has every group (``tests/memory/test_allocator_state.py`` runs
 it on every registered scheme). A subclass says how to build the allocator by
 overriding ``make(data)``. Hypothesis orders rules by name, whatever group they come
 from, so a machine's behaviour depends only on which rules it has.

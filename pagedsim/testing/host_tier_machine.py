@@ -22,7 +22,7 @@ What it checks after every step:
 * a refused admission and a lookup change nothing, and the allocator's own invariants
   hold (:meth:`check_invariants`, which checks the host tier too).
 
-``tests/test_host_tier_state.py`` runs it over every registered scheme that has a prefix
+``tests/memory/test_host_tier_state.py`` runs it over every registered scheme that has a prefix
 cache. This module imports hypothesis (a ``dev`` dependency).
 """
 

@@ -1,7 +1,7 @@
 """Rules of the allocator state machine for the scheduler's seam, the KV-cache manager.
 
 Mixed into :class:`~pagedsim.testing.allocator_machine.FullAllocatorMachine`, so every
-registered scheme (``tests/test_allocator_state.py``) is driven through
+registered scheme (``tests/memory/test_allocator_state.py``) is driven through
 :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager` as the scheduler drives it:
 a ``None`` answer must leave the snapshot equal; a grant must hand out the slots the
 allocator maps the new tokens to, and its copies must keep the model of the K/V right.

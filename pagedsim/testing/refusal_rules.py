@@ -1,7 +1,7 @@
 """Rules of the allocator state machine for calls that must fail and change nothing.
 
 Mixed into :class:`~pagedsim.testing.allocator_machine.FullAllocatorMachine` (every
-registered scheme, ``tests/test_allocator_state.py``), after its fork and swap rules,
+registered scheme, ``tests/memory/test_allocator_state.py``), after its fork and swap rules,
 whose state (``held``, ``swapped``, ``tokens``) these rules read: a failed call must raise
 ``ValueError`` (bad input) or ``OutOfMemoryError`` (no room) and leave the snapshot equal.
 """

@@ -29,7 +29,7 @@ has ``prompt_len + output_len <= max_model_len`` and both lengths >= 1.
 Clipping lowers the means a little, so ``mu`` was calibrated (fixed-point iteration on
 2 million draws) for the clipped means at ``max_model_len = 2048``, the paper's OPT
 models' context, to land on the paper's means. Measured over 100,000 requests
-(``seed=0``, ``max_model_len=2048``; ``tests/test_workload.py`` re-measures them):
+(``seed=0``, ``max_model_len=2048``; ``tests/workloads/test_workload.py`` re-measures them):
 
 * sharegpt: mean input 160.42, mean output 338.99 (paper 161.31 / 337.99)
 * alpaca:   mean input 19.26,  mean output 58.63  (paper 19.31 / 58.45)

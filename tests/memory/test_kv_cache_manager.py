@@ -1,0 +1,108 @@
+"""The scheduler's seam: ``KVCacheManager``'s ten calls, and a scheduler that uses no other.
+
+The stateful machine (``tests/memory/test_allocator_state.py``, rules in
+:mod:`pagedsim.testing.manager_rules`) drives every registered scheme through the manager;
+these tests pin the calls' contracts and keep the scheduler on the seam.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from pagedsim import ModelSpec
+from pagedsim.memory.kv_cache_manager import KVCacheManager
+from pagedsim.memory.schemes import SCHEMES, make_allocator
+from pagedsim.workloads.workload import Request
+
+ROOT = Path(__file__).resolve().parents[2]
+#: What the manager offers the scheduler: ten calls and one fact.
+MANAGER_MEMBERS = {"hashes_of", "get_computed_tokens", "allocate_slots", "fork", "free",
+                   "swap_out", "swap_in", "num_seqs", "facts", "host_transfers",
+                   "max_model_len", "freed_while_running_blocks"}
+
+
+def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:
+    """Attributes read on ``self.kv`` / ``kv`` and on an allocator (``self.allocator``,
+    ``allocator``, ``alloc``) in a module."""
+    on_kv, on_alloc = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in names:
+            on_kv.add(node.attr)
+        elif isinstance(base, ast.Name) and base.id in ("allocator", "alloc"):
+            on_alloc.add(node.attr)
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) \
+                and base.value.id == "self":
+            if base.attr == "kv":
+                on_kv.add(node.attr)
+            elif base.attr == "allocator":
+                on_alloc.add(node.attr)
+    return on_kv, on_alloc
+
+
+def test_the_scheduler_asks_memory_only_through_the_manager():
+    engine = ROOT / "pagedsim" / "engine"
+    used: set[str] = set()
+    for name in ("scheduler.py", "waiting_order.py"):
+        on_kv, on_alloc = _members_used(engine / name, {"kv"})
+        assert not on_alloc, f"{name} calls the allocator directly: {sorted(on_alloc)}"
+        used |= on_kv
+    assert used <= MANAGER_MEMBERS, sorted(used - MANAGER_MEMBERS)
+    assert len(used) >= 9  # the seam is really used, not bypassed some other way
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_a_refused_grant_changes_nothing_and_chunks_go_to_one_sequence(scheme):
+    # A model whose K (or V) row in one layer is 2 * 8192 bytes: a 2 MiB vAttention page
+    # holds 128 tokens.
+    model = ModelSpec("rows", num_layers=1, num_heads=1, num_kv_heads=1, head_dim=8192,
+                      dtype_bytes=2, weights_bytes=0, max_model_len=512)
+    alloc = make_allocator(scheme, 1024, 16, 512, model=model)
+    kv = KVCacheManager(alloc)
+    before = alloc.snapshot()
+    assert kv.allocate_slots([7, 8, 9], 500, final_len=500) is None  # more than the pool
+    assert alloc.snapshot() == before
+    grant = kv.allocate_slots([1], 20, final_len=40)
+    assert grant is not None and grant.computed_tokens == [0]
+    assert kv.allocate_slots([2], 20, final_len=40) is not None
+    with pytest.raises(ValueError, match="one sequence"):
+        kv.allocate_slots([1, 2], 3)
+    decode = kv.allocate_slots([1, 2], 1)
+    assert decode is not None
+    assert decode.slots == [alloc.slot_mapping(1)[-1], alloc.slot_mapping(2)[-1]]
+    assert kv.num_seqs == 2
+    facts = kv.facts(20, 40)
+    assert facts.capacity_slots == alloc.capacity_slots
+    assert facts.used_slots == alloc.capacity_slots - alloc.num_free_slots > 0
+    assert facts.slots_per_seq == alloc.slots_needed(20, 40)
+    assert kv.free([1, 99], only_held=True) == [1]  # 99 owns nothing: skipped, and said so
+    with pytest.raises(ValueError):
+        kv.free([99])  # a plain free of an unknown id is an error
+    assert kv.swap_out([2], cpu_free_slots=0) is None and 2 in alloc
+
+
+def test_computed_tokens_come_from_the_prefix_cache():
+    alloc = make_allocator("prefix-cache", 256, 16, 128)
+    kv = KVCacheManager(alloc)
+    req = Request(1, 0.0, 48, 8, prompt_pieces=(7, 8, 9), prompt_piece_tokens=16)
+    hashes = kv.hashes_of(req)
+    assert hashes is not None and hashes.block_size == 16
+    assert kv.allocate_slots([1], 48, hashes=hashes, final_len=55) is not None
+    kv.free([1])
+    again = kv.hashes_of(Request(2, 0.0, 48, 8, prompt_pieces=(7, 8, 9),
+                                 prompt_piece_tokens=16))
+    assert kv.get_computed_tokens(again, 2, 48) == 32  # the last token is always computed
+    grant = kv.allocate_slots([2], 48, hashes=again, final_len=55)
+    assert grant is not None and grant.computed_tokens == [32]
+    assert kv.get_computed_tokens(None, 3, 48) == 0  # no hashes: nothing is cached
+
+
+def test_schemes_without_a_prefix_cache_hash_nothing():
+    for scheme in ("paged", "contiguous-max"):
+        kv = KVCacheManager(make_allocator(scheme, 1024, 16, 512))
+        assert kv.hashes_of(Request(1, 0.0, 48, 8)) is None
