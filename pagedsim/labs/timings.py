@@ -109,8 +109,8 @@ def table(rows: list[dict], suite: tuple[float, float, str] | None,
                       f"{sum(r['reference_s'] for r in rows):.0f} s wall, "
                       f"{sum(r['reference_cpu_s'] for r in rows):.0f} s CPU."]
     if suite is not None:
-        lines += ["", f"Whole `tests/labs/test_labs.py` (every lab's reference, starter and mutants, "
-                      f"two grader runs at a time, plus the framework's own tests): "
+        lines += ["", "Whole `tests/labs/test_labs.py` (every lab's reference, starter and "
+                      "mutants, two grader runs at a time, plus the framework's own tests): "
                       f"{suite[0]:.0f} s wall, {suite[1]:.0f} s CPU ({suite[2]})."]
     return "\n".join(lines)
 
