@@ -104,6 +104,8 @@ COLUMN_LABELS: dict[str, str] = {
     "makespan_s": "makespan (s)",
     "capacity_slots": "KV pool (slots)",
     "prefix_hit_rate": "prefix-cache hit rate (% of prompt tokens)",
+    "host_cache_gb": "host tier (GiB)",
+    "mean_ttft_s": "mean time to first token (s)",
     **{c: f"{CATEGORY_SHORT[c]} share of KV pool" for c in CATEGORIES},
 }
 

@@ -274,7 +274,8 @@ def _small(name: str) -> tuple[Experiment, list[float]]:
                           preemption=preemption)
 
     values = {"block-size": [8, 32], "rate": [2.0, 8.0], "sharing": [2, 4],
-              "preemption": [8, 32], "cache-size": [512, 2048]}[name]
+              "preemption": [8, 32], "cache-size": [512, 2048],
+              "host-cache": [0.001, 0.01]}[name]
     return sweep_base(name, make), values
 
 
@@ -299,10 +300,11 @@ def test_sweep_figures_have_a_setting_footer_words_and_y_from_zero(
         # The swept field is named as swept, not given one value.
         swept = {"block-size": "block size swept", "rate": "swept rates",
                  "sharing": "n or beam width swept", "preemption": "preemption swept",
-                 "cache-size": "KV pool size swept"}
+                 "cache-size": "KV pool size swept", "host-cache": "host tier swept"}
         assert swept[name] in footer, footer
         assert ax.get_ylim()[0] == 0, fname
-        for label in (ax.get_xlabel(), ax.get_ylabel(), ax.get_title(loc="left")):
+        title = ax.get_title(loc="left") or ax.get_title()  # the tiers figure centres its own
+        for label in (ax.get_xlabel(), ax.get_ylabel(), title):
             assert label and "_" not in label, (fname, label)
         if "reserved" in fname:  # block-size shares: whole-run shares, said so
             assert "whole run" in ax.get_ylabel() and "whole run" in footer
