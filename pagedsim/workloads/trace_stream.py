@@ -19,19 +19,21 @@ from typing import TextIO
 
 from ..user_files import LineTooLongError, NotRegularFileError, bounded_lines, open_regular
 from ..validate import check_choice, check_int
-from .trace_rows import (
-    TraceError,
-    chain_first,
-    csv_rows,
+from .trace_fields import (
     json_number,
-    jsonl_rows,
-    more_lines_than,
-    not_utf8_error,
     parse_arrival,
     parse_int,
     parse_len,
     parse_prefix_id,
     timestamp_parser,
+)
+from .trace_rows import (
+    TraceError,
+    chain_first,
+    csv_rows,
+    jsonl_rows,
+    more_lines_than,
+    not_utf8_error,
 )
 from .workload import MAX_NUM_REQUESTS, Request, clip_lengths
 

@@ -31,7 +31,7 @@ file whose first non-blank character is ``{`` is JSONL, anything else CSV.
 
 Rules for both: the file must be UTF-8 text (an Excel BOM is fine); numbers are plain
 ASCII (``1_000``, ``١٠``, ``nan`` are errors; ASCII spaces and tabs around a CSV field
-are ignored: :mod:`pagedsim.workloads.trace_rows` has the exact rules); arrivals must not
+are ignored: :mod:`pagedsim.workloads.trace_fields` has the exact rules); arrivals must not
 decrease from one row to the next; blank lines are skipped; a file with no data row is
 an error. Limits, so that no file can hang a command or exhaust memory
 (:mod:`pagedsim.user_files`): only regular files are read (a FIFO, device or directory
