@@ -34,6 +34,7 @@ from ..workloads.workload import (
     generate_workload,
     iter_workload,
 )
+from .label import experiment_label
 from .trace_replay import ReplayScan, load_replay, scan_replay, stream_replay
 
 #: Default Poisson arrival rate (requests/s); see :mod:`pagedsim.experiments` for why 5.
@@ -321,73 +322,13 @@ class Experiment:
         """Whether each request runs several sequences (``n`` > 1 or ``beam_width`` > 1)."""
         return self.n > 1 or self.beam_width > 1
 
-    def preemption_text(self) -> str:
-        """How a preempted request is handled, in words. Under ``recompute``, groups of
-        several sequences are swapped to the CPU pool, as vLLM v0 does (and restarted
-        only when it has no room; see :mod:`pagedsim.engine.scheduler`)."""
-        if self.preemption == "recompute" and self.multi_sequence:
-            if self.swap_bytes == 0:
-                return ("preemption by recompute (multi-sequence groups restart: no "
-                        "swap space)")
-            return "preemption by recompute (multi-sequence groups swap, as in vLLM v0)"
-        return f"preemption by {self.preemption}"
-
     def label(self, swept: Sequence[str] = ()) -> str:
-        """One line saying what was simulated, for table and figure captions.
-
-        ``swept`` names fields that vary across a sweep run from this experiment
-        (``block_size``, ``rate_per_s``, ``n``, ``beam_width``, ``preemption``): the line
-        says "swept" for them instead of this experiment's one value.
-        """
-        unknown = set(swept) - set(SWEPT_FIELDS)
-        if unknown:
-            raise ValueError(f"swept: unknown field(s) {sorted(unknown)}; "
-                             f"valid: {', '.join(SWEPT_FIELDS)}")
-        if self.is_trace:
-            wl = f"trace {os.path.basename(self.workload)}"
-            if self.num_requests is not None:
-                wl += f", first {self.num_requests} requests"
-            if "rate_per_s" in swept:
-                wl += ", arrivals rescaled to each swept rate"
-            elif self.rate_per_s is not None:
-                wl += f", arrivals rescaled to {self.rate_per_s:g} req/s"
-        else:
-            at = "swept rates" if "rate_per_s" in swept else f"{self.rate_per_s:g} req/s"
-            wl = f"{self.workload}-like, {self.num_requests} requests at {at}"
-        if {"n", "beam_width"} & set(swept):
-            extra = ", n or beam width swept"
-        else:
-            extra = (f", n={self.n}" if self.n > 1 else "") + (
-                f", beam width {self.beam_width}" if self.beam_width > 1 else "")
-        gpus = f"{self.num_gpus} x {self.gpu}" if self.num_gpus > 1 else self.gpu
-        preset = f" (preset {self.preset})" if self.preset else ""
-        if "capacity_tokens" in swept:
-            pool = f"KV pool size swept (block {self.block_size})"
-        elif "block_size" in swept:
-            kv = kv_budget(self.model, self.gpu, weights_bytes=self.weights_bytes,
-                           gpu_memory_utilization=self.gpu_memory_utilization,
-                           activation_bytes=self.activation_bytes, block_size=1,
-                           num_gpus=self.num_gpus).kv_cache_bytes
-            pool = f"{kv / GiB:.4g} GiB of KV cache (block size swept)"
-        else:
-            pool = f"{self.capacity_slots():,} KV slots (block {self.block_size})"
-        pre = ("preemption swept (recompute, swap)" if "preemption" in swept
-               else self.preemption_text())
-        host = ""
-        if "host_cache_gb" in swept:
-            host = ", host tier swept"
-        elif self.host_cache_gb:
-            host = (f", host tier {self.host_cache_gb:g} GiB ("
-                    f"{'write-through' if self.host_write_through else 'write-back'}, "
-                    f"{'overlapped' if self.host_overlap else 'not overlapped'})")
-        return (f"{self.model} on {gpus}{preset}, {pool}{host}, {wl}{extra}, seed {self.seed}, "
-                f"{pre}, {self.policy} scheduling"
-                + (f", {self.order} order" if self.order != "fcfs" else ""))
+        """One line saying what was simulated, for table and figure captions
+        (:func:`pagedsim.experiments.label.experiment_label`; ``swept`` names the fields a
+        sweep varies)."""
+        return experiment_label(self, swept)
 
 
-#: Fields :meth:`Experiment.label` can name as swept.
-SWEPT_FIELDS = ("block_size", "rate_per_s", "n", "beam_width", "preemption",
-                "capacity_tokens", "host_cache_gb")
 #: Most host memory a host tier may have (GiB): 1 PiB, far above any machine's, so that a
 #: typo cannot ask for billions of host blocks.
 MAX_HOST_CACHE_GB = 1 << 20
