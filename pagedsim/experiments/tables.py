@@ -22,6 +22,7 @@ from ..paper import (
 )
 from ..textfmt import format_table
 from ..units import GiB
+from .fill_hint import fill_hint_lines
 from .runner import Comparison, shares_frame
 from .spec import WORKLOAD_NAMES, Experiment
 
@@ -153,6 +154,7 @@ def compare_table(cmp: Comparison, workload_report: str | None = None) -> str:
                      f"their setting ({'; '.join(mismatches)})")
     if (df["part"] != cmp.part).any():
         lines.append("* never saturated (no request ever waited): shares over the whole run")
+    lines.extend(fill_hint_lines(cmp))
     lines.extend(rejection_lines(cmp.summary))
     lines.extend(host_tier_lines(cmp.summary))
     return "\n".join(lines)
