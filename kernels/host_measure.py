@@ -29,7 +29,8 @@ from .executor import RealExecutor
 from .host_cache import host_tier_cache
 from .hybrid_cache import held_blocks
 from .kv_cache import KVCacheConfig
-from .measure import PLAN_COLUMNS, MeasureConfig, model_spec, requests_for
+from .measure import PLAN_COLUMNS
+from .measure_config import MeasureConfig, model_spec, requests_for, simulator_allocator
 from .model import Decoder
 
 
@@ -57,17 +58,11 @@ def measure_host_tier(cfg: MeasureConfig, scheme: str, host_blocks: int,
     spec = model_spec(cfg.model, cfg.max_model_len)
     gpu = pagedsim.get_gpu("h200-141gb")
     cost = pagedsim.CostModel(spec, gpu, host_link_bytes_per_s=gpu.host_link_bytes_per_s)
-    sched = pagedsim.SchedulerConfig(preemption=cfg.preemption,
-                                     cpu_swap_slots=cfg.cpu_swap_slots, seed=cfg.seed,
-                                     policy=cfg.policy,
-                                     max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                     max_model_len=cfg.max_model_len)
-    host = dict(host_cache_blocks=host_blocks, host_write_through=write_through)
+    sched = cfg.scheduler_config()
 
     # 1. The simulator alone, its host tier's occupancy and hits after every step.
-    alloc = pagedsim.make_allocator(scheme, cfg.capacity_slots, cfg.block_size,
-                                    cfg.max_model_len, model=spec, align_slots=cfg.block_size,
-                                    **host)
+    alloc = simulator_allocator(cfg, scheme, host_cache_blocks=host_blocks,
+                                host_write_through=write_through)
     sim_host: list[tuple[int, int, int]] = []
 
     def sim_step(_, plan) -> None:

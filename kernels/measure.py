@@ -58,20 +58,18 @@ import torch
 import pagedsim
 from pagedsim.cli.base import ArgumentParser, CliError, name_the_flag
 from pagedsim.cli.outdir import prepare_out
-from pagedsim.memory.schemes import get_scheme, kv_cache_class
-from pagedsim.validate import check_choice
-from pagedsim.workloads.sharing_workloads import (
-    SHARING_WORKLOAD_NAMES,
-    FewShotConfig,
-    MultiTurnConfig,
-    SystemPromptConfig,
-    generate_few_shot,
-    generate_multi_turn,
-    generate_system_prompt,
-)
+from pagedsim.memory.schemes import get_scheme
 
+from .budget_check import budget_check
 from .executor import RealExecutor
-from .hybrid_cache import held_blocks, layer_specs, windows_arg
+from .hybrid_cache import held_blocks, windows_arg
+from .measure_config import (
+    WORKLOADS,
+    MeasureConfig,
+    model_spec,
+    requests_for,
+    simulator_allocator,
+)
 from .model import Decoder, ModelConfig
 
 SLOT_COLUMNS = ("token", "reserved", "internal_frag", "cached", "external_frag", "free")
@@ -79,60 +77,6 @@ SLOT_COLUMNS = ("token", "reserved", "internal_frag", "cached", "external_frag",
 PLAN_COLUMNS = ("step", "running", "waiting", "prefill_tokens", "decode_seqs", "preemptions",
                 "cow_copies", "finished", "prefill_tokens_cached", "prefix_hit_tokens",
                 "evictions")
-WORKLOADS = ("uniform", "fixed", "sharegpt", "alpaca", *SHARING_WORKLOAD_NAMES)
-
-
-@dataclass(slots=True)
-class MeasureConfig:
-    """One comparison. Sizes are small enough for a CPU by default (a few seconds)."""
-
-    schemes: tuple[str, ...] = ("paged", "contiguous-oracle")
-    workload: str = "uniform"  # one of WORKLOADS (pagedsim's, and the sharing ones)
-    num_requests: int = 16
-    rate_per_s: float = 200.0  # simulated arrivals per second (the cost model's clock)
-    n: int = 1
-    beam_width: int = 1
-    max_model_len: int = 64
-    prompt_len_range: tuple[int, int] = (4, 24)
-    output_len_range: tuple[int, int] = (2, 24)
-    num_blocks: int = 48
-    block_size: int = 4
-    preemption: str = "recompute"
-    policy: str = "v0"  # the scheduler's: v0 | chunked
-    max_num_batched_tokens: int = 2048  # the scheduler's token budget per step
-    # Sharing workloads: prompt sizes from prompt_len_range (the part after the shared
-    # prefix; a multi-turn chat's new message), outputs from output_len_range.
-    shared_tokens: int = 16  # system-prompt: the system prompt; few-shot: the shots
-    prefix_groups: int = 2  # system-prompt: groups; few-shot: tasks; multi-turn: chats
-    cpu_swap_slots: int = 4096
-    seed: int = 0
-    model: ModelConfig = field(default_factory=lambda: ModelConfig(
-        vocab_size=256, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-        head_dim=32, intermediate_size=128))
-    region_buffers: bool = True  # contiguous: a torch.empty buffer per live region
-    backend: str | None = None  # "triton" or "torch"; None = kernels.BACKEND
-
-    def __post_init__(self) -> None:
-        for s in self.schemes:
-            kv_cache_class(s)  # raises with the valid names, or if no cache mirrors it
-        if not self.schemes:
-            raise ValueError("schemes must name at least one scheme")
-        if len(set(self.schemes)) != len(self.schemes):  # each would only repeat its rows
-            raise ValueError(f"schemes names a scheme twice: {','.join(self.schemes)}")
-        check_choice("workload", self.workload, WORKLOADS)
-        for name in ("num_requests", "num_blocks", "block_size", "max_model_len", "n",
-                     "beam_width", "shared_tokens", "prefix_groups", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.max_model_len % self.block_size:
-            raise ValueError(f"max_model_len ({self.max_model_len}) must be a multiple of "
-                             f"block_size ({self.block_size}) so contiguous regions are "
-                             "whole blocks")
-
-    @property
-    def capacity_slots(self) -> int:
-        return self.num_blocks * self.block_size
 
 
 @dataclass(slots=True)
@@ -154,60 +98,6 @@ class SchemeMeasurement:
     window_freed_blocks: int = 0  # hybrid: blocks sliding groups gave back behind windows
 
 
-def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:
-    """The decoder as a pagedsim ModelSpec (cost model, budget, hybrid manager's groups)."""
-    dtype_bytes = torch.tensor([], dtype=cfg.dtype).element_size()
-    params = (cfg.vocab_size * cfg.hidden_size * 2
-              + cfg.num_layers * (cfg.hidden_size * cfg.head_dim
-                                  * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)
-                                  + 3 * cfg.hidden_size * cfg.intermediate_size))
-    return pagedsim.ModelSpec("decoder", cfg.num_layers, cfg.num_heads, cfg.num_kv_heads,
-                              cfg.head_dim, dtype_bytes, params * dtype_bytes, max_model_len,
-                              layers=layer_specs(cfg.num_kv_heads, cfg.head_dim,
-                                                 cfg.layer_windows))
-
-
-def requests_for(cfg: MeasureConfig) -> list[pagedsim.Request]:
-    """The workload a comparison replays (seeded, so every run sees the same requests).
-
-    Sharing workloads use pieces of ``block_size`` tokens, so requests share every full
-    block of their common prefix."""
-    if cfg.workload in SHARING_WORKLOAD_NAMES:
-        return _sharing_requests(cfg)
-    wl = pagedsim.WorkloadConfig(
-        kind=cfg.workload, num_requests=cfg.num_requests, rate_per_s=cfg.rate_per_s,
-        seed=cfg.seed, max_model_len=cfg.max_model_len, n=cfg.n, beam_width=cfg.beam_width,
-        prompt_len_range=cfg.prompt_len_range, output_len_range=cfg.output_len_range)
-    return pagedsim.generate_workload(wl)
-
-
-def _sharing_requests(cfg: MeasureConfig) -> list[pagedsim.Request]:
-    common = dict(output_len_range=cfg.output_len_range, rate_per_s=cfg.rate_per_s,
-                  seed=cfg.seed, piece_tokens=cfg.block_size, max_model_len=cfg.max_model_len,
-                  n=cfg.n, beam_width=cfg.beam_width)
-    per_group = -(-cfg.num_requests // cfg.prefix_groups)
-    if cfg.workload == "system-prompt":
-        requests = generate_system_prompt(SystemPromptConfig(
-            groups=cfg.prefix_groups, per_group=per_group, system_tokens=cfg.shared_tokens,
-            user_len_range=cfg.prompt_len_range, **common))
-    elif cfg.workload == "multi-turn":
-        requests = generate_multi_turn(MultiTurnConfig(
-            conversations=cfg.prefix_groups, turns=per_group,
-            message_len_range=cfg.prompt_len_range, **common))
-    else:
-        requests = generate_few_shot(FewShotConfig(
-            num_requests=cfg.num_requests, shot_tokens=cfg.shared_tokens, shots=1,
-            question_len_range=cfg.prompt_len_range, tasks=cfg.prefix_groups, **common))
-    return requests[:cfg.num_requests]  # sorted by arrival, ids 0.. in order
-
-
-def _allocator(cfg: MeasureConfig, scheme: str):
-    """The allocator the simulator alone uses: configured exactly like the cache's."""
-    return pagedsim.make_allocator(scheme, cfg.capacity_slots, cfg.block_size,
-                                   cfg.max_model_len, model=model_spec(cfg.model,
-                                                                        cfg.max_model_len),
-                                   align_slots=cfg.block_size)
-
 
 def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None,
                    corrupt_accounting=None) -> SchemeMeasurement:
@@ -223,14 +113,10 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
     gpu = pagedsim.get_gpu("h200-141gb") if torch.cuda.is_available() else pagedsim.get_gpu(
         "a100-40gb")
     cost = pagedsim.CostModel(spec, gpu)
-    sched_cfg = pagedsim.SchedulerConfig(preemption=cfg.preemption,
-                                         cpu_swap_slots=cfg.cpu_swap_slots, seed=cfg.seed,
-                                         policy=cfg.policy,
-                                         max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                         max_model_len=cfg.max_model_len)
+    sched_cfg = cfg.scheduler_config()
 
     # 1. The simulator alone.
-    sim_allocator = _allocator(cfg, scheme)
+    sim_allocator = simulator_allocator(cfg, scheme)
     if corrupt_accounting is not None:
         corrupt_accounting(sim_allocator)
     sim_result = pagedsim.simulate(requests, sim_allocator, cost, sched_cfg, scheme=scheme,
@@ -325,38 +211,6 @@ def _largest(column) -> int:
     value = column.abs().max()
     return 0 if value != value else int(value)
 
-
-def budget_check(model: ModelConfig, gpu_memory_utilization: float = 0.9,
-                 block_size: int = 16) -> dict | None:
-    """On CUDA: the KV budget ``pagedsim.kv_budget`` predicts for this decoder, against
-    ``torch.cuda.mem_get_info()`` and the blocks a cache could really allocate.
-    Returns None without a GPU."""
-    if not torch.cuda.is_available():
-        return None
-    decoder = Decoder(model)  # its weights are on the GPU while we read the free memory
-    weights = model_spec(model, 4096).weights_bytes
-    torch.cuda.synchronize()
-    free_b, total_b = torch.cuda.mem_get_info()
-    spec = model_spec(model, 4096)
-    gpu = pagedsim.GpuSpec(torch.cuda.get_device_name(), total_b, 1.0, 1.0)
-    budget = pagedsim.kv_budget(spec, gpu, weights_bytes=weights,
-                                gpu_memory_utilization=gpu_memory_utilization,
-                                activation_bytes=total_b - free_b, block_size=block_size)
-    # How many blocks can really be allocated: try the predicted pool.
-    got, err = 0, None
-    try:
-        probe = torch.empty((budget.num_blocks, block_size * spec.bytes_per_token),
-                            dtype=torch.uint8, device="cuda")
-        got = probe.shape[0]
-        del probe
-    except torch.OutOfMemoryError as e:  # pragma: no cover - depends on the GPU
-        err = str(e).splitlines()[0]
-    del decoder
-    torch.cuda.empty_cache()
-    return {"gpu": torch.cuda.get_device_name(), "total_bytes": total_b, "free_bytes": free_b,
-            "weights_bytes": weights, "predicted_kv_bytes": budget.kv_cache_bytes,
-            "predicted_num_blocks": budget.num_blocks, "allocated_num_blocks": got,
-            "allocation_error": err}
 
 
 def run(cfg: MeasureConfig, out: Path | None = None, progress: bool | None = None,
