@@ -1,10 +1,11 @@
 """A small Llama-style decoder that generates through a paged (or contiguous) KV cache.
 
-RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU MLP; sizes from
-:class:`ModelConfig`, random weights from a seed (it generates nonsense, but the
-*same* nonsense whichever cache it runs on, which is what the tests need). Layers may
-have sliding windows (``layer_windows``, gpt-oss's and Gemma 3's pattern): such a layer's
-token at position ``p`` attends to positions ``p - W + 1 .. p`` only, on every path.
+RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU MLP (one layer's
+math is :mod:`pagedsim.kernels.layers`); sizes from :class:`ModelConfig`, random weights
+from a seed (it generates nonsense, but the *same* nonsense whichever cache it runs on,
+which is what the tests need). Layers may have sliding windows (``layer_windows``,
+gpt-oss's and Gemma 3's pattern): such a layer's token at position ``p`` attends to
+positions ``p - W + 1 .. p`` only, on every path.
 
 Three ways to run it:
 
@@ -31,13 +32,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 import pagedsim
 from pagedsim.memory.schemes import kv_cache_class
 
 from .backend import DEVICE
 from .kv_cache import KVCache, KVCacheConfig
+from .layers import LayerWeights, causal_attention, finish_layer, qkv, rms_norm
 
 SeqId = Hashable
 
@@ -94,19 +95,6 @@ class Generation:
     seq_ids: tuple[SeqId, ...] = ()  # the cache's ids for the samples (empty for dense)
 
 
-@dataclass(slots=True)
-class _Layer:
-    attn_norm: torch.Tensor  # [E]
-    wq: torch.Tensor  # [E, H*D]
-    wk: torch.Tensor  # [E, KVH*D]
-    wv: torch.Tensor  # [E, KVH*D]
-    wo: torch.Tensor  # [H*D, E]
-    mlp_norm: torch.Tensor  # [E]
-    w_gate: torch.Tensor  # [E, I]
-    w_up: torch.Tensor  # [E, I]
-    w_down: torch.Tensor  # [I, E]
-
-
 class Sampler:
     """Greedy (temperature 0) or Gumbel-max sampling from seeded noise.
 
@@ -130,22 +118,6 @@ class Sampler:
         return (logits.double() / self.temperature + gumbel).argmax(dim=-1).tolist()
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``x / rms(x) * weight`` computed in fp32; ``x [..., E]``."""
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding (Llama's rotate-half form): ``x [T, heads, D]``, positions int ``[T]``."""
-    d = x.shape[-1]
-    inv_freq = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    angles = positions.float()[:, None] * inv_freq[None, :]  # [T, D/2]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]  # [T, 1, D/2]
-    x1, x2 = x.float()[..., : d // 2], x.float()[..., d // 2:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
-
-
 class Decoder:
     """The model: weights and the three ways to run them (see the module docstring)."""
 
@@ -163,7 +135,7 @@ class Decoder:
             c.intermediate_size
         self.embed = w(c.vocab_size, e, std=1.0)  # [V, E]
         self.layers = [
-            _Layer(
+            LayerWeights(
                 attn_norm=norm_weight(),
                 wq=w(e, qd, std=e ** -0.5), wk=w(e, kvd, std=e ** -0.5),
                 wv=w(e, kvd, std=e ** -0.5), wo=w(qd, e, std=qd ** -0.5),
@@ -180,21 +152,6 @@ class Decoder:
         self._request_ids = itertools.count()
 
     # ----------------------------------------------------------- building blocks
-    def _qkv(self, layer: _Layer, x: torch.Tensor, positions: torch.Tensor):
-        """``x [T, E]`` -> roped ``q [T, H, D]``, roped ``k [T, KVH, D]``, ``v [T, KVH, D]``."""
-        c = self.config
-        h = rms_norm(x, layer.attn_norm, c.rms_norm_eps)
-        q = (h @ layer.wq).view(-1, c.num_heads, c.head_dim)
-        k = (h @ layer.wk).view(-1, c.num_kv_heads, c.head_dim)
-        v = (h @ layer.wv).view(-1, c.num_kv_heads, c.head_dim)
-        return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
-
-    def _finish_layer(self, layer: _Layer, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Residual + output projection, then the SwiGLU MLP block; ``attn [T, H, D]``."""
-        x = x + attn.reshape(x.shape[0], -1) @ layer.wo
-        h = rms_norm(x, layer.mlp_norm, self.config.rms_norm_eps)
-        return x + (F.silu(h @ layer.w_gate) * (h @ layer.w_up)) @ layer.w_down
-
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, E]`` -> fp32 ``[T, V]``."""
         return (rms_norm(x, self.final_norm, self.config.rms_norm_eps) @ self.lm_head).float()
@@ -302,50 +259,21 @@ class Decoder:
         prefix_slots = [cache.slot_mapping([seq_id], 0, s) if s else None
                         for seq_id, s in zip(seq_ids, starts, strict=True)]
         for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, positions)
+            q, k, v = qkv(layer, x, positions, self.config)
             cache.write(li, k, v, slots)  # all of them before any prefix is read back
             attn = []
             window = self.config.window(li)
             for qs, ks, vs, pre in zip(q.split(lens), k.split(lens), v.split(lens),
                                        prefix_slots, strict=True):
                 if pre is None:
-                    attn.append(self._causal_sdpa(qs, ks, vs, window))
+                    attn.append(causal_attention(qs, ks, vs, window))
                 else:
                     kp, vp = cache.read(li, pre)  # [start, KVH, D]
-                    attn.append(self._causal_sdpa(qs, torch.cat([kp, ks]), torch.cat([vp, vs]),
+                    attn.append(causal_attention(qs, torch.cat([kp, ks]), torch.cat([vp, vs]),
                                                   window))
-            x = self._finish_layer(layer, x, torch.cat(attn))
+            x = finish_layer(layer, x, torch.cat(attn), self.config.rms_norm_eps)
         last = torch.tensor(list(itertools.accumulate(lens)), device=x.device) - 1
         return self._logits(x[last]).cpu()
-
-    def _causal_sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     window: int | None = None) -> torch.Tensor:
-        """One sequence's new tokens: ``q [T, H, D]`` at the last T positions of
-        ``k, v [P + T, KVH, D]`` (P tokens cached before them) -> ``[T, H, D]``; with a
-        ``window`` of W tokens, new token i (position P + i) sees keys P + i - W + 1 ..
-        P + i only."""
-        group = self.config.num_heads // self.config.num_kv_heads
-        k = k.repeat_interleave(group, dim=1)  # [P+T, H, D]: query head h reads kv head h // G
-        v = v.repeat_interleave(group, dim=1)
-        t, p = q.shape[0], k.shape[0] - q.shape[0]
-        if window is not None:
-            mask = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(diagonal=p)
-            mask &= ~torch.ones_like(mask).tril(diagonal=p - window)  # [T, P+T] in the window
-            # Keys behind every window (a hybrid cache gave their blocks back) may hold
-            # anything: zero them, since a masked key still multiplies its value by 0.
-            keep = mask.any(dim=0)  # [P+T]
-            v = torch.where(keep[:, None, None], v, torch.zeros_like(v))
-            k = torch.where(keep[:, None, None], k, torch.zeros_like(k))
-            out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
-                                                 v.transpose(0, 1), attn_mask=mask)
-        elif p == 0:
-            out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
-                                                 v.transpose(0, 1), is_causal=True)  # [H, T, D]
-        else:  # new token i sits at position p + i: it sees keys 0 .. p + i
-            mask = torch.ones(t, p + t, dtype=torch.bool, device=q.device).tril(diagonal=p)
-            out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
-                                                 v.transpose(0, 1), attn_mask=mask)
-        return out.transpose(0, 1)
 
     def decode(self, cache: KVCache, seq_ids: Sequence[SeqId],
                token_ids: Sequence[int]) -> torch.Tensor:
@@ -370,10 +298,10 @@ class Decoder:
         positions = (seq_lens - 1).long()  # [S] the new token's position
         x = self.embed[self._tokens(token_ids)]  # [S, E]
         for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, positions)
+            q, k, v = qkv(layer, x, positions, self.config)
             cache.write(li, k, v, slots)
             attn = cache.attend(li, q, block_tables, seq_lens, self.config.window(li))
-            x = self._finish_layer(layer, x, attn)
+            x = finish_layer(layer, x, attn, self.config.rms_norm_eps)
         return self._logits(x).cpu()
 
     # ------------------------------------------------------------------ generate
@@ -425,7 +353,7 @@ class Decoder:
         causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         kvs = []
         for li, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, positions)
+            q, k, v = qkv(layer, x, positions, self.config)
             window = c.window(li)
             seen = causal if window is None else causal & ~causal.tril(diagonal=-window)
             kvs.append((k, v))
@@ -434,7 +362,7 @@ class Decoder:
             scores = torch.einsum("thd,shd->hts", q.float(), kh) / math.sqrt(c.head_dim)
             probs = scores.masked_fill(~seen, float("-inf")).softmax(dim=-1)  # [H, T, T]
             attn = torch.einsum("hts,shd->thd", probs, vh).to(x.dtype)  # [T, H, D]
-            x = self._finish_layer(layer, x, attn)
+            x = finish_layer(layer, x, attn, self.config.rms_norm_eps)
         return self._logits(x).cpu(), kvs
 
     def generate_dense(self, prompt_token_ids: Sequence[int], max_new_tokens: int, n: int = 1,
