@@ -37,6 +37,14 @@ with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hi
   1.12x at 32 and 1.06x at 64 (a model of the paper's finding, §7.2, that small blocks
   under-use the GPU's memory parallelism; measure your own kernel with
   ``python -m pagedsim.kernels.bench`` on a GPU and set it).
+* A sliding-window layer attends to at most its window: for a scheme whose kernel knows
+  the windows (``window_tokens``: the hybrid manager's, whose sliding-window decode skips
+  the blocks before the window), a step's K/V reads and attention pairs in the sliding
+  layers of window ``W`` are ``kv_window_tokens_read[i]`` = the sum over the sequences
+  of ``min(context, W)``, not their whole contexts (``kv_tokens_read``), which the other
+  layers read. ``window_tokens`` empty (the default, and every full-attention model or
+  scheme: all-full treats a sliding layer as a full one): every layer reads the whole
+  context. ``prefill_attn_pairs`` is counted over every layer.
 
 ``num_gpus`` models ideal tensor parallelism: weights, KV and work split evenly, peak and
 bandwidth add up, communication is free (an optimistic bound).
@@ -93,7 +101,8 @@ the step is memory-bound and, with the 2 ms overhead, takes 28.4 ms (~1,130 toke
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from ..models.specs import GpuSpec, ModelSpec
 from ..validate import check_int
@@ -116,7 +125,9 @@ class CostModel:
     copy call, ``block_size`` the attention kernel's block (slots, None = contiguous reads)
     and ``kv_block_overhead_tokens`` what one block lookup costs in tokens of K/V read;
     ``host_link_bytes_per_s`` (bytes/s per direction per GPU; None: ``pcie_bytes_per_s``)
-    and ``host_overlap`` are a host tier's (see the module docstring).
+    and ``host_overlap`` are a host tier's (see the module docstring). ``window_tokens``:
+    the distinct sliding windows (tokens) of the model's layers whose reads the kernel
+    bounds by the window (empty: none; see the module docstring).
     """
 
     model: ModelSpec
@@ -129,6 +140,9 @@ class CostModel:
     kv_block_overhead_tokens: float = 3.68  # K/V tokens one block lookup costs extra
     host_link_bytes_per_s: float | None = None  # a host tier's link; None: pcie_bytes_per_s
     host_overlap: bool = True  # host-tier copies overlapped layer by layer with compute
+    window_tokens: tuple[int, ...] = ()  # sliding windows whose layers read only the window
+    #: Per window of ``window_tokens``: (its layers, their KV bytes per token); derived.
+    _windowed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -149,11 +163,47 @@ class CostModel:
                                    positive=True)
         if not isinstance(self.host_overlap, bool):
             raise TypeError(f"host_overlap must be True or False, got {self.host_overlap!r}")
+        object.__setattr__(self, "_windowed", self._window_layers())
+
+    def _window_layers(self) -> tuple[tuple[int, int], ...]:
+        """``window_tokens`` checked against the model's sliding layers: per window, how
+        many layers have it and their KV bytes per token."""
+        if not isinstance(self.window_tokens, tuple):
+            raise TypeError(f"window_tokens must be a tuple, got {self.window_tokens!r}")
+        layers = self.model.kv_layers
+        have = sorted({layer.window_tokens for layer in layers if layer.kind == "sliding"})
+        out = []
+        for w in self.window_tokens:
+            if w not in have or self.window_tokens.count(w) > 1:
+                raise ValueError(f"window_tokens {self.window_tokens!r}: each must be a "
+                                 f"sliding window of {self.model.name}'s layers, once "
+                                 f"(its windows: {have or 'none'})")
+            mine = [layer for layer in layers if layer.kind == "sliding"
+                    and layer.window_tokens == w]
+            out.append((len(mine), sum(layer.bytes_per_token(self.model.dtype_bytes)
+                                       for layer in mine)))
+        return tuple(out)
 
     def with_block_size(self, block_size: int | None) -> CostModel:
         """The same model for an attention kernel that reads blocks of ``block_size`` slots
         through a block table (None: contiguous reads)."""
         return replace(self, block_size=block_size)
+
+    def with_windows(self, window_tokens: Sequence[int]) -> CostModel:
+        """The same model for a kernel that reads the sliding layers of each window in
+        ``window_tokens`` only within it (empty: every layer the whole context)."""
+        return replace(self, window_tokens=tuple(window_tokens))
+
+    def _check_windows(self, kv_tokens_read: int, window_reads: Sequence[int]) -> None:
+        """One count per window, each at most ``kv_tokens_read`` (a window bounds reads)."""
+        if len(window_reads) != len(self.window_tokens):
+            raise ValueError(f"kv_window_tokens_read {list(window_reads)!r} needs one count per "
+                             f"window of window_tokens {self.window_tokens!r}")
+        for read in window_reads:
+            check_int("kv_window_tokens_read", read, minimum=0)
+            if read > kv_tokens_read:
+                raise ValueError(f"kv_window_tokens_read ({read}) exceeds kv_tokens_read "
+                                 f"({kv_tokens_read}): a window only bounds reads")
 
     @staticmethod
     def _check_step(num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
@@ -171,46 +221,85 @@ class CostModel:
         return tokens
 
     def step_flops(self, num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
-                   prefill_attn_pairs: int = 0) -> int:
+                   prefill_attn_pairs: int = 0,
+                   kv_window_tokens_read: Sequence[int] = ()) -> int:
         """Floating-point operations of one step (all GPUs together)."""
         tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read,
                                   prefill_attn_pairs)
+        if self.window_tokens or kv_window_tokens_read:
+            self._check_windows(kv_tokens_read, kv_window_tokens_read)
+            return self._windowed_flops(tokens, kv_tokens_read, prefill_attn_pairs,
+                                        kv_window_tokens_read)
         return self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
 
     def _flops(self, tokens: int, attn_pairs: int) -> int:
         m = self.model
         return 2 * m.num_params * tokens + 4 * m.num_layers * m.hidden_size * attn_pairs
 
-    def _bytes(self, tokens: int, kv_tokens_read: int) -> int:
+    def _windowed_flops(self, tokens: int, kv_tokens_read: int, prefill_attn_pairs: int,
+                        window_reads: Sequence[int]) -> int:
+        """:meth:`_flops` with each window's layers attending to their window's reads."""
+        m = self.model
+        full_layers = m.num_layers - sum(n for n, _ in self._windowed)
+        pairs = m.num_layers * prefill_attn_pairs + full_layers * kv_tokens_read
+        pairs += sum(n * read for (n, _), read in zip(self._windowed, window_reads,
+                                                      strict=True))
+        return 2 * m.num_params * tokens + 4 * m.hidden_size * pairs
+
+    def _gathered(self, kv_tokens: int) -> int:
+        """Tokens of K/V read, in the cost of contiguous reads: block-table gathers cost
+        extra (the module docstring)."""
+        if self.block_size is not None and kv_tokens:
+            return round(kv_tokens * (1 + self.kv_block_overhead_tokens / self.block_size))
+        return kv_tokens
+
+    def _bytes(self, tokens: int, kv_tokens_read: int,
+               window_reads: Sequence[int] = ()) -> int:
         if tokens == 0:
             return 0
-        kv_read = kv_tokens_read
-        if self.block_size is not None and kv_tokens_read:  # block-table gathers cost extra
-            kv_read = round(kv_tokens_read * (1 + self.kv_block_overhead_tokens / self.block_size))
-        return self.model.weights_bytes + (kv_read + tokens) * self.model.bytes_per_token
+        m = self.model
+        if not window_reads:  # every layer reads the whole context
+            return m.weights_bytes + (self._gathered(kv_tokens_read) + tokens) * m.bytes_per_token
+        full_bytes = m.bytes_per_token - sum(b for _, b in self._windowed)
+        kv = self._gathered(kv_tokens_read) * full_bytes
+        kv += sum(self._gathered(read) * b
+                  for (_, b), read in zip(self._windowed, window_reads, strict=True))
+        return m.weights_bytes + kv + tokens * m.bytes_per_token
 
     def step_bytes(self, num_prefill_tokens: int, num_decode_seqs: int,
-                   kv_tokens_read: int) -> int:
+                   kv_tokens_read: int, kv_window_tokens_read: Sequence[int] = ()) -> int:
         """HBM bytes one step moves (all GPUs together): weights once, KV read, KV written."""
         tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read, 0)
-        return self._bytes(tokens, kv_tokens_read)
+        if self.window_tokens or kv_window_tokens_read:
+            self._check_windows(kv_tokens_read, kv_window_tokens_read)
+        return self._bytes(tokens, kv_tokens_read, kv_window_tokens_read)
 
     def step_time_s(self, num_prefill_tokens: int, num_decode_seqs: int, kv_tokens_read: int,
-                    prefill_attn_pairs: int = 0) -> float:
+                    prefill_attn_pairs: int = 0,
+                    kv_window_tokens_read: Sequence[int] = ()) -> float:
         """Seconds for one step that prefills ``num_prefill_tokens`` prompt tokens, decodes one
         token for each of ``num_decode_seqs`` sequences, and reads ``kv_tokens_read`` cached
         tokens' K/V (the sum of the decoding sequences' context lengths, plus any cached
         prefix a prefill attends to). ``prefill_attn_pairs``: see the module docstring.
+        ``kv_window_tokens_read``: one count per window of ``window_tokens`` (the same
+        sum, each context at most that window; required when there are windows).
 
         An empty step (no tokens) costs 0 s: the simulator skips ahead to the next arrival.
         """
         # Validate once, then compute both sides of the roofline (this runs every step).
         tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read,
                                   prefill_attn_pairs)
-        flops = self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
+        if self.window_tokens:
+            self._check_windows(kv_tokens_read, kv_window_tokens_read)
+            flops = self._windowed_flops(tokens, kv_tokens_read, prefill_attn_pairs,
+                                         kv_window_tokens_read)
+        elif kv_window_tokens_read:
+            self._check_windows(kv_tokens_read, kv_window_tokens_read)  # raises: no windows
+        else:
+            flops = self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
         if flops == 0:
             return 0.0
-        num_bytes = self._bytes(tokens, kv_tokens_read)
+        num_bytes = self._bytes(tokens, kv_tokens_read, kv_window_tokens_read)
         compute_s = flops / (self.gpu.peak_flops_per_s * self.num_gpus)
         memory_s = num_bytes / (self.gpu.hbm_bytes_per_s * self.num_gpus)
         return max(compute_s, memory_s) + self.step_overhead_s

@@ -143,6 +143,11 @@ class StepPlan:
     prefix_host_hit_tokens: int = 0  # of those, tokens loaded from a host tier
     kv_tokens_read: int = 0  # context tokens the decodes attend over
     num_batched_requests: int = 0
+    #: Sliding windows (tokens) whose layers the scheme's kernel reads only within the
+    #: window (``Allocator.kernel_window_tokens``), and per window the same sum as
+    #: ``kv_tokens_read`` with each context at most the window (pagedsim.engine.cost).
+    windows: tuple[int, ...] = ()
+    kv_window_tokens_read: list[int] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -156,9 +161,17 @@ class StepPlan:
         self.decode_seq_ids.extend(group.seq_ids)
         self.decode_slots.extend(grant.slots)
         self.decode_request_ids.append(group.request.request_id)
-        self.kv_tokens_read += len(group.seq_ids) * (group.request.prompt_len
-                                                     + group.num_output)
+        context = group.request.prompt_len + group.num_output
+        self.kv_tokens_read += len(group.seq_ids) * context
+        if self.windows:
+            self._read_windows(len(group.seq_ids), context)
         self.num_batched_requests += 1
+
+    def _read_windows(self, num_seqs: int, context: int) -> None:
+        """``num_seqs`` sequences read ``context`` cached tokens: at most each window."""
+        reads = self.kv_window_tokens_read
+        for i, window in enumerate(self.windows):
+            reads[i] += num_seqs * min(context, window)
 
     def add_chunk(self, group: SequenceGroup, start: int, num_tokens: int,
                   grant: Grant) -> None:
@@ -170,6 +183,8 @@ class StepPlan:
                                          not group.prefill_left))
         self.num_prefill_tokens += num_tokens
         self.kv_tokens_read += start
+        if self.windows:
+            self._read_windows(1, start)
         self.num_batched_requests += 1
 
     def add_admitted(self, group: SequenceGroup, num_tokens: int, chunk: int,
@@ -185,6 +200,8 @@ class StepPlan:
             done += chunk - cached
             self.num_prefill_tokens_cached += cached
             self.kv_tokens_read += cached
+            if self.windows:
+                self._read_windows(1, cached)
         self.prefix_query_tokens += num_tokens
         self.prefix_hit_tokens += grant.computed_tokens[0]
         if grant.host_tokens:  # the part of it a host tier loaded

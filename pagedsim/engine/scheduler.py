@@ -107,6 +107,8 @@ class Scheduler:
                   if m is not None]
         self.max_model_len: int | None = min(limits) if limits else None
         self._too_long: list[SequenceGroup] = []  # rejected at the start of the next step
+        # What the scheme's attention kernel reads, for the cost model (not memory).
+        self._windows: tuple[int, ...] = tuple(allocator.kernel_window_tokens)
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup:
@@ -145,7 +147,8 @@ class Scheduler:
     def schedule(self, now_s: float = 0.0) -> StepPlan:
         """Decide one step and update the allocator; see the module docstring."""
         self.step_index += 1
-        plan = StepPlan(step=self.step_index)
+        plan = StepPlan(step=self.step_index, windows=self._windows,
+                        kv_window_tokens_read=[0] * len(self._windows))
         kv = self.kv
 
         # 1. What the previous step decided (rooms held for samples never forked, too).

@@ -195,7 +195,9 @@ def simulate(
     rejected, with how many are done so far and the simulated clock (seconds).
     """
     # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.engine.cost).
-    cost = cost.with_block_size(allocator.kernel_block_slots)
+    # And its sliding layers read only their windows where the kernel knows them (hybrid).
+    cost = cost.with_block_size(allocator.kernel_block_slots).with_windows(
+        allocator.kernel_window_tokens)
     sched = Scheduler(allocator, config)
     keep = keep_steps or KeepSteps.all()
     if num_requests is None and hasattr(requests, "__len__"):
@@ -275,7 +277,8 @@ def simulate(
             continue
         stalls = 0
         acct = account(allocator, sched.next_need_slots())
-        dt = step_time(plan.num_prefill_tokens, len(plan.decode_seq_ids), plan.kv_tokens_read)
+        dt = step_time(plan.num_prefill_tokens, len(plan.decode_seq_ids), plan.kv_tokens_read,
+                       0, plan.kv_window_tokens_read)
         if plan.swap_outs or plan.swap_ins:
             dt += _swap_time_s(cost, plan)
         if host is not None:

@@ -3,9 +3,9 @@ would fill.
 
 A scheme that saves memory (the hybrid manager's sliding-window groups, paging over
 contiguous reservation) batches more only when memory is what stops the batch from
-growing. When no request of any run ever waited, every scheme ran the same steps, so
-their batch sizes and throughputs are equal, and the table cannot show what the saving
-is worth. :func:`fill_hint_lines` then says so, and estimates, from the run itself, a
+growing. When no request of any run ever waited, the arrival rate and the step times
+alone set the batch (schemes whose steps take as long batch alike), and the table cannot
+show what the saving is worth. :func:`fill_hint_lines` then says so, and estimates, from the run itself, a
 setting where the pool would fill:
 
 * Below saturation the memory held and the batch both grow in proportion to the arrival
@@ -77,7 +77,7 @@ def fill_hint_lines(cmp: Comparison) -> list[str]:
     if not len(summary) or summary["sat_token"].notna().any():
         return []
     lines = ["memory never limited the batch (no request waited), so schemes that save "
-             "memory cannot differ here: every scheme ran the same batches"]
+             "memory cannot batch more here: the arrival rate and the step times set it"]
     recs = summary.to_dict("records")
     held = [sum(float(r[c]) for c in HELD) for r in recs]
     top = max(range(len(recs)), key=held.__getitem__)

@@ -111,6 +111,10 @@ class Allocator(Protocol):
     #: Slots the attention kernel reads per block-table lookup; None when it reads each
     #: request's K/V contiguously (the cost model charges block lookups, see pagedsim.engine.cost).
     kernel_block_slots: int | None
+    #: The sliding windows (tokens) whose layers the attention kernel reads only within
+    #: the window (the hybrid manager's sliding-window groups); empty: every layer reads
+    #: the whole context (the cost model charges what is read, see pagedsim.engine.cost).
+    kernel_window_tokens: tuple[int, ...]
     #: The block size whose chained hashes name cached content
     #: (:class:`~pagedsim.workloads.block_hashes.BlockHashes`), or None: no prefix cache,
     #: so nobody need hash a request's blocks.

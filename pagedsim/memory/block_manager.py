@@ -47,6 +47,7 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         # The attention kernel reads blocks through the table; vAttention's reads one
         # virtually contiguous region.
         self.kernel_block_slots: int | None = None if regions else self.block_size
+        self.kernel_window_tokens: tuple[int, ...] = ()  # every layer full attention
         self._free = pool.free  # the pool's free structure (its length: blocks free)
         self._ref = [0] * self.num_blocks
         self._seqs: dict[SeqId, Seq] = {}

@@ -76,6 +76,7 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
             self._arena = Arena(self.capacity_slots, best_fit=self.placement == "best-fit")
         self._regions: dict[SeqId, Region] = {}
         self.kernel_block_slots: int | None = None  # a region is read contiguously
+        self.kernel_window_tokens: tuple[int, ...] = ()  # every layer full attention
         self.prefix_block_size: int | None = None  # no prefix cache: nothing is hashed
         # Children whose regions are held (empty) from their request's admission, so that
         # forking them later cannot fail; ``fork`` fills them.

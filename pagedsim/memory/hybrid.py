@@ -62,6 +62,8 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         self._ref = [0] * self.num_blocks
         self._seqs: dict[SeqId, HybridSeq] = {}
         self._sliding = [(g, s.window_tokens) for g, s in enumerate(groups) if s.window]
+        #: Its sliding-window decode reads a sliding group's layers only in the window.
+        self.kernel_window_tokens = tuple(sorted({w for _, w in self._sliding}))
         self._num_shared_blocks = 0  # blocks with ref count > 1
         self._num_logical_blocks = 0  # held table entries, all groups
         self.group_blocks = [0] * len(groups)  # blocks each group holds now

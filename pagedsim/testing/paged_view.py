@@ -34,6 +34,7 @@ class PagedView:
     ``num_blocks`` blocks of ``block_size`` token slots."""
 
     kernel_block_slots: int | None
+    kernel_window_tokens: tuple[int, ...] = ()  # every layer full attention
     prefix_block_size: int | None = None  # no prefix cache: nothing is hashed
     on_release: Callable[[int, int], None] | None = None
     evicted_blocks: int = 0  # no prefix cache: nothing cached, nothing evicted

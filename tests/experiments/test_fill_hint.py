@@ -88,11 +88,15 @@ def test_no_estimate_for_an_offline_batch() -> None:
 
 @pytest.mark.slow
 def test_readme_gpt_oss_example_runs_as_it_says() -> None:
-    """README: the default gpt-oss-120b compare never fills its pools, its hint's command
-    makes them fill, and there hybrid batches more than all-full (the numbers quoted)."""
+    """README: the default gpt-oss-120b compare never fills its pools (the batches it
+    quotes), its hint's command makes them fill, and there hybrid batches more than
+    all-full (the numbers quoted)."""
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     exp = Experiment(model="gpt-oss-120b", gpu="h100-80gb")
     cmp = compare(exp, ("all-full", "hybrid"), jobs=1, progress=False, keep_steps=False)
+    default = cmp.summary.set_index("scheme")["mean_batch_size"]
+    assert (f"hybrid batches {default['hybrid']:.2f} requests a step against all-full's "
+            f"{default['all-full']:.2f}, since its steps are shorter") in readme
     hint = fill_hint_lines(cmp)[-1]
     flags = re.search(r"try (--gpu-memory-utilization (\S+) --rate (\S+))$", hint)
     assert flags is not None, hint

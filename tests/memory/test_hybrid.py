@@ -5,6 +5,7 @@ accounting per group, and what it changes for a hybrid model's batch."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -292,7 +293,11 @@ def test_a_refused_admission_is_retried_once_the_window_gives_blocks_back(monkey
     def starts_and_ends():
         alloc = HybridAllocator(40, 4, (FULL, SLIDE))
         reqs = [Request(0, 0.0, 64, 40), Request(1, 0.0, 40, 4)]
-        model = get_model("gpt-oss-20b")  # for the step times only
+        # For the step times only: gpt-oss-20b, its sliding layers given the toy window.
+        oss = get_model("gpt-oss-20b")
+        model = replace(oss, layers=tuple(replace(layer, window_tokens=SLIDE.window_tokens)
+                                          if layer.kind == "sliding" else layer
+                                          for layer in oss.layers))
         res = simulate(reqs, alloc, CostModel(model, get_gpu("h100-80gb")), SchedulerConfig(),
                        progress=False)
         rows = {row[0]: row for row in res.request_rows}
