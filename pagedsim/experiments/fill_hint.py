@@ -5,8 +5,8 @@ A scheme that saves memory (the hybrid manager's sliding-window groups, paging o
 contiguous reservation) batches more only when memory is what stops the batch from
 growing. When no request of any run ever waited, the arrival rate and the step times
 alone set the batch (schemes whose steps take as long batch alike), and the table cannot
-show what the saving is worth. :func:`fill_hint_lines` then says so, and estimates, from the run itself, a
-setting where the pool would fill:
+show what the saving is worth. :func:`fill_hint_lines` then says so, and estimates,
+from the run itself, a setting where the pool would fill:
 
 * Below saturation the memory held and the batch both grow in proportion to the arrival
   rate (Little's law, while latencies stay the same). The scheme whose pool was fullest
