@@ -80,7 +80,8 @@ class Scheduler:
     whoever drives the same allocator's data (the kernels' caches, pictures, tests).
     """
 
-    def __init__(self, allocator: Allocator, config: SchedulerConfig | None = None) -> None:
+    def __init__(self, allocator: Allocator, config: SchedulerConfig | None = None,
+                 windows: tuple[int, ...] = ()) -> None:
         self.allocator = allocator
         self.kv = KVCacheManager(allocator)
         self.config = config or SchedulerConfig()
@@ -107,8 +108,9 @@ class Scheduler:
                   if m is not None]
         self.max_model_len: int | None = min(limits) if limits else None
         self._too_long: list[SequenceGroup] = []  # rejected at the start of the next step
-        # What the scheme's attention kernel reads, for the cost model (not memory).
-        self._windows: tuple[int, ...] = tuple(allocator.kernel_window_tokens)
+        # For the cost model, not memory: the sliding windows whose reads each plan
+        # counts (StepPlan.kv_window_tokens_read; the simulator passes its cost model's).
+        self._windows: tuple[int, ...] = tuple(windows)
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup:

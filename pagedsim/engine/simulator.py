@@ -198,7 +198,7 @@ def simulate(
     # And its sliding layers read only their windows where the kernel knows them (hybrid).
     cost = cost.with_block_size(allocator.kernel_block_slots).with_windows(
         allocator.kernel_window_tokens)
-    sched = Scheduler(allocator, config)
+    sched = Scheduler(allocator, config, cost.window_tokens)
     keep = keep_steps or KeepSteps.all()
     if num_requests is None and hasattr(requests, "__len__"):
         num_requests = len(requests)  # type: ignore[arg-type]
