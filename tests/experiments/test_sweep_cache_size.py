@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from experiments_helpers import one_error_line
 
 from pagedsim.cli import main
 from pagedsim.experiments import Experiment
@@ -15,16 +16,6 @@ from pagedsim.experiments.cache_replay import replay
 from pagedsim.experiments.sweeps import REPLAY_ROW, num_runs, sweep_cache_size
 
 SMALL = ["--num-requests", "40", "--jobs", "1", "--quiet"]
-
-
-def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run ``argv``: status 2, nothing on stdout, one error line (returned)."""
-    status = main(argv)
-    captured = capsys.readouterr()
-    assert status == 2 and captured.out == "", captured
-    err = captured.err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0], captured.err
-    return err[0]
 
 
 def test_the_cli_writes_a_csv_and_a_figure(tmp_path: Path,
@@ -83,7 +74,7 @@ def test_num_runs_counts_schemes() -> None:
 ])
 def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str],
                                flag: str) -> None:
-    line = _error(capsys, ["sweep", "cache-size", *argv, *SMALL, "--no-write"])
+    line = one_error_line(capsys, ["sweep", "cache-size", *argv, *SMALL, "--no-write"])
     assert line.startswith(f"pagedsim: error: argument {flag}"), line
     if flag == "--values":  # names the bad value, short
         assert f"got {float(argv[1]):g}" in line or f"got '{argv[1]}'" in line, line
@@ -91,7 +82,7 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[st
 
 def test_schemes_stay_refused_where_a_sweep_has_none(capsys: pytest.CaptureFixture[str]
                                                      ) -> None:
-    line = _error(capsys, ["sweep", "block-size", "--schemes", "paged", *SMALL])
+    line = one_error_line(capsys, ["sweep", "block-size", "--schemes", "paged", *SMALL])
     assert "applies to the rate, cache-size and host-cache sweeps, not block-size" in line
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from experiments_helpers import one_error_line
 
 from pagedsim.cli import main
 from pagedsim.experiments import Experiment
@@ -15,16 +16,6 @@ from pagedsim.experiments.cache_replay import REPLAY_ROW, replay
 from pagedsim.experiments.sweeps import num_runs
 
 SMALL = ["--num-requests", "60", "--jobs", "1", "--quiet"]
-
-
-def _error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run ``argv``: status 2, nothing on stdout, one error line (returned)."""
-    status = main(argv)
-    captured = capsys.readouterr()
-    assert status == 2 and captured.out == "", captured
-    err = captured.err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0], captured.err
-    return err[0]
 
 
 def test_the_cli_writes_the_tiers_and_the_replay(tmp_path: Path,
@@ -73,5 +64,5 @@ def test_compare_with_a_tier_reports_its_hits_per_tier(capsys: pytest.CaptureFix
 ])
 def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], argv: list[str],
                                flag: str) -> None:
-    line = _error(capsys, [*argv, *SMALL, "--no-write"])
+    line = one_error_line(capsys, [*argv, *SMALL, "--no-write"])
     assert line.startswith(f"pagedsim: error: argument {flag}"), line
