@@ -1,4 +1,5 @@
-"""Shared helpers for the kernel tests (tests/test_kernels_*.py): builders, tolerances.
+"""Shared helpers for the kernel tests (tests/kernels/test_kernels_*.py): builders,
+tolerances, a tiny decoder and a fixture that keeps torch to one thread.
 
 Not a conftest: the project's tests/conftest.py registers the hypothesis profiles
 (``ci``, ``dev``); these helpers only read whichever profile is loaded.
@@ -9,10 +10,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
 from pagedsim import kernels
+from pagedsim.kernels.model import ModelConfig
 
 # Relative error bounds: ||out - ref|| / ||ref||, as the issue states them.
 REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -40,6 +43,23 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in fp64 (NaN anywhere in ``out`` gives NaN, which fails)."""
     out64, ref64 = out.double().cpu(), ref.double().cpu()
     return float((out64 - ref64).norm() / ref64.norm())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matmuls: a second thread only adds contention on a shared 2-core machine.
+    Autouse in every module that imports it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_model(seed: int = 0) -> ModelConfig:
+    """A two-layer decoder of hidden size 64 (4 query heads, 2 kv heads of 32): fast
+    enough on a CPU for a test to run whole workloads through it."""
+    return ModelConfig(vocab_size=256, hidden_size=64, num_layers=2, num_heads=4,
+                       num_kv_heads=2, head_dim=32, intermediate_size=128, seed=seed)
 
 
 @dataclass(slots=True)

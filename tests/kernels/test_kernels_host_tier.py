@@ -15,6 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernels_helpers import one_thread, tiny_model  # noqa: E402, F401
+
 import pagedsim  # noqa: E402
 from pagedsim.kernels import KVCacheConfig  # noqa: E402
 from pagedsim.kernels import host_cache as host_cache_module  # noqa: E402
@@ -28,20 +30,6 @@ from pagedsim.workloads.sharing_workloads import MultiTurnConfig, generate_multi
 BS = 4
 MAX_LEN = 64
 ATOL = 1e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls: a second thread only adds contention on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def tiny(seed: int = 0) -> ModelConfig:
-    return ModelConfig(vocab_size=256, hidden_size=64, num_layers=2, num_heads=4,
-                       num_kv_heads=2, head_dim=32, intermediate_size=128, seed=seed)
 
 
 def config(**kw) -> MeasureConfig:
@@ -79,7 +67,7 @@ def test_an_executor_that_skips_host_copies_is_caught(skip, monkeypatch):
 
 
 def test_a_cache_without_a_host_tier_has_no_host_blocks():
-    decoder = Decoder(tiny())
+    decoder = Decoder(tiny_model())
     with pytest.raises(ValueError, match="no host tier"):
         HostKV(decoder.make_cache(8, BS, scheme="prefix-cache"))
     with pytest.raises(ValueError, match="no prefix cache"):
@@ -128,7 +116,7 @@ def _logits(requests, scheme: str, model: ModelConfig, host_blocks: int = 0,
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hits_from_the_host_give_the_logits_of_computing_everything(scheme, seed):
     requests = _requests(seed)
-    model = tiny(seed)
+    model = tiny_model(seed)
     plain, _ = _logits(requests, "paged", model)
     cached, loaded = _logits(requests, scheme, model, host_blocks=48)
     assert loaded > 0  # some hits came from the host tier

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from kernels_helpers import kernel_settings  # noqa: E402
+from kernels_helpers import kernel_settings, one_thread, tiny_model  # noqa: E402, F401
 
 import pagedsim  # noqa: E402
 from pagedsim.kernels import KVCacheConfig, PagedKVCache  # noqa: E402
@@ -46,20 +46,6 @@ from pagedsim.workloads.sharing_workloads import (  # noqa: E402
 BS = 4  # block size
 MAX_LEN = 64
 ATOL = 1e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matmuls: a second thread only adds contention on a shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def tiny(seed: int = 0) -> ModelConfig:
-    return ModelConfig(vocab_size=256, hidden_size=64, num_layers=2, num_heads=4,
-                       num_kv_heads=2, head_dim=32, intermediate_size=128, seed=seed)
 
 
 def config(**kw) -> MeasureConfig:
@@ -183,7 +169,7 @@ def test_cli_bad_workload_is_one_line(capsys):
 
 # ----------------------------------------------------------------- the caches
 def test_make_cache_and_for_scheme_accept_the_caching_schemes():
-    decoder = Decoder(tiny())
+    decoder = Decoder(tiny_model())
     schemes = ("prefix-cache", "prefix-cache-dedup", "radix")
     for scheme in schemes:
         cache = decoder.make_cache(8, BS, scheme=scheme)
@@ -206,7 +192,7 @@ def _tokens(request: pagedsim.Request, vocab: int) -> list[int]:
 def test_self_driven_prefill_shares_blocks_and_matches_dense(seed):
     """Decoder.prefill with contents: the second prompt finds the first's two full blocks,
     computes only its own tail, and its logits are the dense reference's."""
-    decoder = Decoder(tiny(seed))
+    decoder = Decoder(tiny_model(seed))
     cache = decoder.make_cache(8, BS, scheme="prefix-cache")
     a = pagedsim.Request(0, 0.0, 11, 1, prompt_pieces=(7, 8, 9), prompt_piece_tokens=BS)
     b = pagedsim.Request(1, 0.0, 10, 1, prompt_pieces=(7, 8, 10), prompt_piece_tokens=BS)
@@ -286,7 +272,7 @@ def test_hits_give_the_logits_of_computing_everything(scheme, policy, seed):
     """The reference is ``paged`` under ``v0``: every prompt computed whole, in one
     prefill, the path the dense tests cover; the cached run may also split prompts."""
     requests = system_prompt_requests(seed % 1000)
-    model = tiny(seed)
+    model = tiny_model(seed)
     plain, plain_totals = run_logits(requests, "paged", model)
     cached, totals = run_logits(requests, scheme, model, policy)
     assert plain_totals["hits"] == 0 and totals["hits"] > 0
@@ -302,7 +288,7 @@ def test_multi_turn_hits_on_earlier_outputs_give_the_same_logits(scheme, seed):
     """A turn's prompt repeats the earlier turns' outputs: their blocks, filled during
     decode, are hits, and right only if the executor wrote the tokens the content names."""
     requests = multi_turn_requests(seed % 1000)
-    model = tiny(seed)
+    model = tiny_model(seed)
     plain, _ = run_logits(requests, "paged", model, num_blocks=40)
     cached, totals = run_logits(requests, scheme, model, num_blocks=40)
     assert totals["hits"] > 0
@@ -316,7 +302,7 @@ def test_hits_give_the_same_logits_through_the_triton_kernels():
     requests = generate_system_prompt(SystemPromptConfig(
         groups=1, per_group=3, system_tokens=9, user_len_range=(2, 3), output_len_range=(2, 3),
         rate_per_s=50.0, seed=1, piece_tokens=BS, max_model_len=MAX_LEN))
-    model = tiny(7)
+    model = tiny_model(7)
     plain, _ = run_logits(requests, "paged", model, backend="triton")
     cached, totals = run_logits(requests, "prefix-cache", model, backend="triton")
     assert totals["hits"] > 0
