@@ -4,24 +4,12 @@ behaviour terms (blocks of 16 tokens), plus the accounting's sixth category."""
 from __future__ import annotations
 
 import pytest
+from memory_helpers import BS, admit, req
 
 from pagedsim import account
 from pagedsim.memory import PrefixCachingAllocator
 from pagedsim.workloads.prompts import block_hashes
 from pagedsim.workloads.workload import Request
-
-BS = 16
-
-
-def req(rid: int, pieces: tuple[int, ...], prompt_len: int | None = None,
-        output_len: int = 8) -> Request:
-    """A request whose prompt is ``pieces`` of one block each (the last may be cut)."""
-    return Request(rid, 0.0, prompt_len or len(pieces) * BS, output_len,
-                   prompt_pieces=pieces, prompt_piece_tokens=BS)
-
-
-def admit(a: PrefixCachingAllocator, seq_id: int, r: Request) -> bool:
-    return a.allocate_group([seq_id], r.prompt_len, r.prompt_len + r.output_len, content=r)
 
 
 def test_two_requests_share_a_three_block_prefix():

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from memory_helpers import BS, admit, req
 
 from pagedsim import account
 from pagedsim.engine.plan import SequenceGroup
@@ -25,20 +26,6 @@ from pagedsim.memory.schemes import make_allocator
 from pagedsim.testing.allocator_machine import apply_copies
 from pagedsim.workloads.prompts import block_hashes
 from pagedsim.workloads.workload import Request
-
-BS = 16
-
-
-def req(rid: int, pieces: tuple[int, ...], prompt_len: int | None = None,
-        output_len: int = 8) -> Request:
-    """A request whose prompt is ``pieces`` of one block each (the last may be cut)."""
-    return Request(rid, 0.0, prompt_len or len(pieces) * BS, output_len,
-                   prompt_pieces=pieces, prompt_piece_tokens=BS)
-
-
-def admit(a: RadixAllocator, seq_id: int, r: Request, num_tokens: int | None = None) -> bool:
-    n = r.prompt_len if num_tokens is None else num_tokens
-    return a.allocate_group([seq_id], n, r.prompt_len + r.output_len, content=r)
 
 
 def tree(a: RadixAllocator) -> list[tuple[int, list[int], int]]:
