@@ -34,6 +34,13 @@ def admit(sched: Scheduler, plan: StepPlan, now_s: float, budget: int,
     """
     cfg = sched.config
     order_waiting(sched.waiting, sched.kv, cfg.order)
+    blocked = sched._blocked
+    if (not chunked and blocked is not None and sched.waiting
+            and blocked[0] is sched.waiting[0]
+            and blocked[2] == sched._releases + sched.kv.freed_while_running_blocks):
+        # The head did not fit, and no memory came back since: the loop below would stop
+        # at it (a saturated run's every step; unchunked, it asks for the same tokens).
+        return
     num_seqs = sched._num_running_seqs()
     while sched.waiting:
         group = sched.waiting[0]

@@ -167,6 +167,26 @@ class StepPlan:
             self._read_windows(len(group.seq_ids), context)
         self.num_batched_requests += 1
 
+    def add_decodes(self, groups: list[SequenceGroup], seq_ids: list[SeqId],
+                    grant: Grant) -> None:
+        """:meth:`add_decode` for each of ``groups`` in order, in one call: ``seq_ids`` are
+        their sequences, in order, and ``grant`` the slots of one token each."""
+        self.cow_copies.extend(grant.copies)
+        self.decode_seq_ids.extend(seq_ids)
+        self.decode_slots.extend(grant.slots)
+        rids = self.decode_request_ids
+        kv_tokens = 0
+        windows = self.windows
+        for g in groups:
+            r = g.request
+            rids.append(r.request_id)
+            context = r.prompt_len + g.num_output
+            kv_tokens += len(g.seq_ids) * context
+            if windows:
+                self._read_windows(len(g.seq_ids), context)
+        self.kv_tokens_read += kv_tokens
+        self.num_batched_requests += len(groups)
+
     def _read_windows(self, num_seqs: int, context: int) -> None:
         """``num_seqs`` sequences read ``context`` cached tokens: at most each window."""
         reads = self.kv_window_tokens_read

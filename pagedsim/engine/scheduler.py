@@ -111,6 +111,8 @@ class Scheduler:
         # For the cost model, not memory: the sliding windows whose reads each plan
         # counts (StepPlan.kv_window_tokens_read; the simulator passes its cost model's).
         self._windows: tuple[int, ...] = tuple(windows)
+        self._decoded: list[SequenceGroup] = []  # groups that decoded this step, in order
+        self._pending = False  # whether a running group may have pending forks or frees
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup:
@@ -160,7 +162,7 @@ class Scheduler:
             assert self.max_model_len is not None
             self._reject(group, plan, too_long_reason(group, self.max_model_len))
         self._too_long = []
-        for group in self.running:
+        for group in self.running if self._pending else ():
             if group.pending_frees:
                 self._release(group.pending_frees, plan)
                 group.pending_frees = []
@@ -169,6 +171,7 @@ class Scheduler:
                 for parent, child in group.pending_forks:
                     plan.forks.append(ForkItem(parent, child, kv.fork(parent, child)))
                 group.pending_forks = []
+        self._pending = False
 
         # 2-4. Run what the policy allows: prefills and/or decodes, swap-ins.
         if self.config.policy == "v0":
@@ -236,7 +239,27 @@ class Scheduler:
         requests when memory runs out. ``budget`` (tokens) limits the step, or None.
         Returns the preempted groups and the budget left."""
         allocate = self.kv.allocate_slots
-        queue = deque(self.running)
+        decoded = self._decoded = []
+        running = self.running
+        if running:
+            # The common step: every running group decodes, and the pool has room for all
+            # (one call for the whole batch; None changed nothing, and the loop below then
+            # takes them one by one, preempting where it must: same appends, same order).
+            seq_ids: list[SeqId] = []
+            for group in running:
+                if group.prefill_end_tokens > group.num_computed_tokens:
+                    break  # a chunked prefill runs this step: one by one
+                seq_ids += group.seq_ids
+            else:
+                if budget is None or len(seq_ids) <= budget:
+                    grant = allocate(seq_ids, 1)
+                    if grant is not None:
+                        for group in running:
+                            group.num_computed_tokens += 1
+                        plan.add_decodes(running, seq_ids, grant)
+                        decoded.extend(running)
+                        return [], None if budget is None else budget - len(seq_ids)
+        queue = deque(running)
         self.running = []
         victims: list[SequenceGroup] = []
         while queue:
@@ -267,6 +290,7 @@ class Scheduler:
                     plan.add_chunk(group, start, want, grant)
                 else:
                     plan.add_decode(group, grant)
+                    decoded.append(group)
                 self.running.append(group)
                 if budget is not None:
                     budget -= want
@@ -281,26 +305,43 @@ class Scheduler:
 
     def _after_sampling(self, plan: StepPlan, now_s: float) -> None:
         """Every group that ran this step sampled one more token (all its sequences)."""
-        rids = dict.fromkeys(p.request_id for p in plan.prefills if p.last)
-        rids.update(dict.fromkeys(plan.decode_request_ids))
+        groups = self.groups
         any_finished = False
-        for rid in rids:
-            group = self.groups[rid]
+        # Groups whose prefill ended this step: their first token, or a recomputation's.
+        for rid in dict.fromkeys(p.request_id for p in plan.prefills if p.last):
+            group = groups[rid]
             group.num_output += 1
             if group.first_token_s is None:
                 group.first_token_s = now_s
             if group.num_output >= group.request.output_len:
                 self._finish(group, plan)
                 any_finished = True
-            elif len(group.seq_ids) < group.width:  # the prompt's first sampled tokens
-                parent = group.seq_ids[0]
-                for child in self._children.pop(rid):
-                    group.pending_forks.append((parent, child))
-                    group.seq_ids.append(child)
-            elif group.request.beam_width > 1:
-                self._select_beams(group)
+            elif group.width > 1:
+                self._widen(group)
+        # Decoding groups (the hot loop: a decoding group has sampled before, and has all
+        # its samples or beams; a group prefills or decodes in a step, never both).
+        for group in self._decoded:
+            group.num_output += 1
+            if group.num_output >= group.request.output_len:
+                self._finish(group, plan)
+                any_finished = True
+            elif group.width > 1:
+                self._widen(group)
+        self._decoded = []
         if any_finished:
             self.running = [g for g in self.running if g.status != "finished"]
+
+    def _widen(self, group: SequenceGroup) -> None:
+        """After a sampled token of a group of several samples or beams: fork the samples
+        its prompt's first token starts, or choose which beams survive."""
+        self._pending = True  # forks and frees for the next step
+        if len(group.seq_ids) < group.width:  # the prompt's first sampled tokens
+            parent = group.seq_ids[0]
+            for child in self._children.pop(group.request.request_id):
+                group.pending_forks.append((parent, child))
+                group.seq_ids.append(child)
+        elif group.request.beam_width > 1:
+            self._select_beams(group)
 
     def _select_beams(self, group: SequenceGroup) -> None:
         survivors, forks, dropped = self.beams.select(group.seq_ids, self._new_seq_id)
@@ -358,7 +399,7 @@ class Scheduler:
         self.num_swaps_in += 1
 
     def _num_running_seqs(self) -> int:
-        return sum(len(g.seq_ids) for g in self.running)
+        return sum([len(g.seq_ids) for g in self.running])
 
     # --------------------------------------------------------------- rejection
     def _reject(self, group: SequenceGroup, plan: StepPlan, reason: str) -> None:

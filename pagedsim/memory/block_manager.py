@@ -171,6 +171,28 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
         self._set_room(seq)
         return slot, copy
 
+    def append_slots(self, seq_ids: list[SeqId]) -> tuple[list[KVCopy], list[int]] | None:
+        """One :meth:`append_slot` for each of ``seq_ids`` in order, all or nothing (a
+        step's decodes in one call): ``(copies, slots)``, or None and nothing changed when
+        they do not all fit."""
+        if not self.can_append_all(seq_ids):
+            return None
+        seqs, append = self._seqs, self.append_slot
+        copies: list[KVCopy] = []
+        slots: list[int] = []
+        for seq_id in seq_ids:
+            seq = seqs[seq_id]
+            slot = seq.next_slot
+            if slot < seq.end_slot:  # append_slot's common case, inlined: the hot loop
+                seq.next_slot = slot + 1
+                seq.num_tokens += 1
+            else:
+                slot, copy = append(seq_id)
+                if copy is not None:
+                    copies.append(copy)
+            slots.append(slot)
+        return copies, slots
+
     def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
         """Room for ``num_tokens`` more tokens of one sequence (a prefill chunk); the
         copies to carry out first. ``OutOfMemoryError`` and nothing changed when it does

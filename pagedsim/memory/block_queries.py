@@ -202,15 +202,23 @@ class Queries:
         Exact for sharers: when all k sharers of a last block append, the first k-1
         copy it and the last one finds it private again and writes in place.
         """
-        bs, ref = self.block_size, self._ref
+        bs, ref, seqs = self.block_size, self._ref, self._seqs
         needed = 0
-        shared_last: Counter[int] = Counter()
+        shared_last: Counter[int] | None = None  # made when a shared last block shows up
         for seq_id in seq_ids:
-            seq = self._get(seq_id)
+            seq = seqs.get(seq_id) if type(seq_id) is int else None
+            if seq is None:
+                seq = self._get(seq_id)  # says which id is unknown
+            if seq.next_slot < seq.end_slot:
+                continue  # room in its private last block (append_slot's fast path)
             if seq.num_tokens % bs == 0:
                 needed += 1
             elif ref[seq.table[-1]] > 1:
+                if shared_last is None:
+                    shared_last = Counter()
                 shared_last[seq.table[-1]] += 1
+        if shared_last is None:
+            return needed
         for block, k in shared_last.items():
             needed += k - 1 if k == ref[block] else k
         return needed
@@ -223,7 +231,8 @@ class Queries:
             if seq.num_tokens % self.block_size and self._ref[seq.table[-1]] == 1:
                 return True  # room in its private last block
             return self.pool.get_num_free_blocks() > 0
-        seq_ids = list(seq_ids)
+        if type(seq_ids) is not list:
+            seq_ids = list(seq_ids)
         if len(set(seq_ids)) != len(seq_ids):  # a second append of one id is another count
             raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
         if self.regions is not None and any(

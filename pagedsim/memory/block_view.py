@@ -24,7 +24,8 @@ class View:
         u = usage_by_last_blocks(self._seqs, self._ref, self.block_size,
                                  self.num_blocks - pool.get_num_free_blocks() - held,
                                  self._num_logical_blocks, final_lens,
-                                 cached_slots=pool.num_cached_blocks * self.block_size)
+                                 cached_slots=pool.num_cached_blocks * self.block_size,
+                                 shared=self._num_shared_blocks > 0)
         return u if regions is None else regions.usage(self, u)
 
     def snapshot(self) -> dict:

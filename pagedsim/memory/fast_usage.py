@@ -36,12 +36,32 @@ class _HasTable(Protocol):
 def usage_by_last_blocks(seqs: Mapping[SeqId, _HasTable], ref: list[int], block_size: int,
                          physical_blocks: int, logical_blocks: int,
                          final_lens: Mapping[SeqId, int] | None = None,
-                         cached_slots: int = 0) -> SlotUsage:
+                         cached_slots: int = 0, shared: bool = True) -> SlotUsage:
     """The :class:`SlotUsage` (slots) of a paged pool whose sequences ``seqs`` hold block
     tables over blocks with reference counts ``ref``; ``physical_blocks`` are the blocks
     with a reference, ``logical_blocks`` the sum of the tables' lengths. ``final_lens``
-    overrides sequences' final lengths (tokens)."""
+    overrides sequences' final lengths (tokens). ``shared=False`` says no block has more
+    than one reference (the counts are then not read)."""
     bs = block_size
+    if not shared and not final_lens:
+        # Nothing shared: every token slot is one sequence's own, so the token slots are
+        # the sequences' tokens, and a partial last block's reserved slots are its room
+        # up to the owner's final length (the rule below, with every ``ref[b] == 1``).
+        token = reserved = 0
+        for seq in seqs.values():
+            n = seq.num_tokens
+            token += n
+            fill = n % bs
+            if fill:
+                left = seq.final_len
+                if left is not None and left > n:
+                    left -= n
+                    room = bs - fill
+                    reserved += left if left < room else room
+        return SlotUsage(token_slots=token, reserved_slots=reserved,
+                         internal_frag_slots=physical_blocks * bs - token - reserved,
+                         physical_blocks=physical_blocks, logical_blocks=logical_blocks,
+                         cached_slots=cached_slots)
     fl = final_lens or {}
     token = reserved = 0
     shared_last: dict[int, tuple[int, int]] = {}  # shared partial block -> (fill, future)

@@ -80,7 +80,8 @@ class PoolFacts(NamedTuple):
 class KVCacheManager:
     """The scheduler's calls, over ``allocator`` (see the module docstring)."""
 
-    __slots__ = ("allocator", "max_model_len", "_append", "_holds", "_host", "_gives_back")
+    __slots__ = ("allocator", "max_model_len", "_append", "_append_all", "_holds", "_host",
+                 "_gives_back")
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator
@@ -88,6 +89,8 @@ class KVCacheManager:
         #: virtual regions are that long), tokens; None: blocks set no limit.
         self.max_model_len: int | None = getattr(allocator, "max_model_len", None)
         self._append = allocator.append_slot  # the decode hot path: one lookup
+        # A step's decodes in one call, where the scheme offers it (block managers do).
+        self._append_all = getattr(allocator, "append_slots", None)
         self._holds = allocator.__contains__
         self._host = getattr(allocator, "host", None) is not None  # a host tier behind it
         # Whether the scheme gives blocks back on its own (read once: admission asks often).
@@ -143,6 +146,9 @@ class KVCacheManager:
                 return Grant([], [], hits, [alloc.host_hit_tokens(s) for s in seq_ids])
             return Grant([], [], hits)
         if num_new_tokens == 1:
+            if self._append_all is not None:  # the scheme appends a batch in one call
+                done = self._append_all(seq_ids)
+                return None if done is None else _new_tuple(Grant, (*done, _NONE, _NONE))
             if not alloc.can_append_all(seq_ids):
                 return None
             append = self._append
