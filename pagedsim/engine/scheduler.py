@@ -254,8 +254,6 @@ class Scheduler:
                 if budget is None or len(seq_ids) <= budget:
                     grant = allocate(seq_ids, 1)
                     if grant is not None:
-                        for group in running:
-                            group.num_computed_tokens += 1
                         plan.add_decodes(running, seq_ids, grant)
                         decoded.extend(running)
                         return [], None if budget is None else budget - len(seq_ids)
@@ -284,11 +282,11 @@ class Scheduler:
                 if victim is group:
                     break
             else:
-                start = group.num_computed_tokens
-                group.num_computed_tokens += want if chunk > 0 else 1
                 if chunk > 0:
+                    start = group.num_computed_tokens
+                    group.num_computed_tokens += want
                     plan.add_chunk(group, start, want, grant)
-                else:
+                else:  # its token is counted computed with the sample (_after_sampling)
                     plan.add_decode(group, grant)
                     decoded.append(group)
                 self.running.append(group)
@@ -321,6 +319,7 @@ class Scheduler:
         # Decoding groups (the hot loop: a decoding group has sampled before, and has all
         # its samples or beams; a group prefills or decodes in a step, never both).
         for group in self._decoded:
+            group.num_computed_tokens += 1  # the token this step's decode wrote
             group.num_output += 1
             if group.num_output >= group.request.output_len:
                 self._finish(group, plan)

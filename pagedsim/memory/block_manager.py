@@ -17,10 +17,10 @@ What differs between schemes is composed in, never overridden (as vLLM v1's
 * ``regions``, vAttention's virtual regions (:class:`~.vattention.Regions`: a cap on
   sequences and their length, forks that copy).
 
-The read-only questions are :mod:`.block_queries`, swapping :mod:`.block_swap`, the
-accounting, pictures and checks :mod:`.block_view`. Hot paths (``append_slot``,
-``allocate_group``, ``free``) stay flat on purpose: the simulator calls them millions of
-times.
+The read-only questions are :mod:`.block_queries`, a step's decodes in one call
+:mod:`.block_batch`, swapping :mod:`.block_swap`, the accounting, pictures and checks
+:mod:`.block_view`. Hot paths (``append_slot``, ``allocate_group``, ``free``) stay flat
+on purpose: the simulator calls them millions of times.
 """
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ from collections.abc import Sequence
 
 from ..errors import OutOfMemoryError
 from ..workloads.block_hashes import branch_of, hashes_for
-from . import block_queries, block_swap, block_view
+from . import block_batch, block_queries, block_swap, block_view
 from .base import AppendResult, KVCopy, SeqId
 from .block_seq import Seq
 
 
-class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
+class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Swapping,
+                   block_view.View):
     """Block tables and reference counts over one pool (see the module docstring)."""
 
     def __init__(self, pool, cache=None, dedup: bool = False, kind: str = "paged",
@@ -170,28 +171,6 @@ class BlockManager(block_queries.Queries, block_swap.Swapping, block_view.View):
                 slot = kept * bs + offset
         self._set_room(seq)
         return slot, copy
-
-    def append_slots(self, seq_ids: list[SeqId]) -> tuple[list[KVCopy], list[int]] | None:
-        """One :meth:`append_slot` for each of ``seq_ids`` in order, all or nothing (a
-        step's decodes in one call): ``(copies, slots)``, or None and nothing changed when
-        they do not all fit."""
-        if not self.can_append_all(seq_ids):
-            return None
-        seqs, append = self._seqs, self.append_slot
-        copies: list[KVCopy] = []
-        slots: list[int] = []
-        for seq_id in seq_ids:
-            seq = seqs[seq_id]
-            slot = seq.next_slot
-            if slot < seq.end_slot:  # append_slot's common case, inlined: the hot loop
-                seq.next_slot = slot + 1
-                seq.num_tokens += 1
-            else:
-                slot, copy = append(seq_id)
-                if copy is not None:
-                    copies.append(copy)
-            slots.append(slot)
-        return copies, slots
 
     def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
         """Room for ``num_tokens`` more tokens of one sequence (a prefill chunk); the
