@@ -33,7 +33,7 @@ def admit(sched: Scheduler, plan: StepPlan, now_s: float, budget: int,
     (a preempted request's prompt plus its generated tokens) runs alone.
     """
     cfg = sched.config
-    order_waiting(sched.waiting, sched.kv, cfg.order)
+    order_waiting(sched.waiting.front, sched.kv, cfg.order)  # the rest is behind, in order
     blocked = sched._blocked
     if (not chunked and blocked is not None and sched.waiting
             and blocked[0] is sched.waiting[0]

@@ -65,8 +65,10 @@ from ..workloads.workload import Request
 from .admission import admit
 from .beams import BeamModel
 from .plan import ForkItem, SequenceGroup, StepPlan
+from .preemption import preempt, swap_in_all
 from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from .scheduler_reasons import outgrows_reason, too_long_reason
+from .waiting_queue import WaitingQueue
 
 # The configuration lives in its own module; these names stay importable from here.
 __all__ = ["POLICIES", "PREEMPTION_MODES", "BeamModel", "Scheduler", "SchedulerConfig"]
@@ -86,10 +88,10 @@ class Scheduler:
         self.kv = KVCacheManager(allocator)
         self.config = config or SchedulerConfig()
         self.beams = BeamModel(self.config.beam_decay, self.config.seed)
-        self.waiting: deque[SequenceGroup] = deque()
+        self.waiting = WaitingQueue(self._make_group)
         self.running: list[SequenceGroup] = []
         self.swapped: deque[SequenceGroup] = deque()
-        self.groups: dict[int, SequenceGroup] = {}  # every request ever added
+        self.groups: dict[int, SequenceGroup] = {}  # every group made and not forgotten
         self.cpu_used_slots = 0
         self.step_index = 0
         self._next_seq = 0
@@ -115,17 +117,30 @@ class Scheduler:
         self._pending = False  # whether a running group may have pending forks or frees
 
     # ---------------------------------------------------------------- requests
-    def add_request(self, request: Request) -> SequenceGroup:
+    def add_request(self, request: Request) -> SequenceGroup | None:
+        """A new arrival joins the waiting queue; its group, or None while it waits behind
+        the queue's front (:mod:`.waiting_queue`: made a group when it moves up)."""
         if request.request_id in self.groups:
             raise ValueError(f"request id {request.request_id} added twice")
-        group = SequenceGroup(request, [self._new_seq_id()])
-        self.groups[request.request_id] = group
-        group.block_hashes = self.kv.hashes_of(request)  # hashed lazily, once
+        seq_id = self._new_seq_id()  # on arrival, wherever it waits: the same ids
         limit = self.max_model_len
-        if limit is not None and request.prompt_len + request.output_len > limit:
+        too_long = limit is not None and request.prompt_len + request.output_len > limit
+        if not too_long and not self.waiting.wants_group():
+            self.waiting.append_arrival(request, seq_id)
+            return None
+        group = self._make_group(request, seq_id)
+        if too_long:
             self._too_long.append(group)  # never queued: no allocator is asked about it
         else:
             self.waiting.append(group)
+        return group
+
+    def _make_group(self, request: Request, seq_id: SeqId) -> SequenceGroup:
+        if request.request_id in self.groups:
+            raise ValueError(f"request id {request.request_id} added twice")
+        group = SequenceGroup(request, [seq_id])
+        self.groups[request.request_id] = group
+        group.block_hashes = self.kv.hashes_of(request)  # hashed lazily, once
         return group
 
     def add_requests(self, requests: Iterable[Request]) -> None:
@@ -202,7 +217,7 @@ class Scheduler:
                 return []
         victims, _ = self._run_running(plan, budget=None)
         if not victims:
-            self._swap_in_all(plan)
+            swap_in_all(self, plan)
         return victims
 
     def _step_chunked(self, plan: StepPlan, now_s: float) -> list[SequenceGroup]:
@@ -211,27 +226,10 @@ class Scheduler:
         left of the token budget, a long one split across steps."""
         victims, budget = self._run_running(plan, self.config.max_num_batched_tokens)
         if not victims:
-            self._swap_in_all(plan)
+            swap_in_all(self, plan)
             if not self.swapped and budget:
                 admit(self, plan, now_s, budget, chunked=True)
         return victims
-
-    def _swap_in_all(self, plan: StepPlan) -> None:
-        """Swapped requests come back first, oldest first. With nothing running, the
-        oldest comes back even into the watermark (as admission does): the watermark
-        keeps room for running requests' growth, and nothing else could ever free it."""
-        while self.swapped:
-            group = self.swapped[0]
-            assert group.swapped is not None
-            if self._num_running_seqs() + len(group.seq_ids) > self.config.max_num_seqs:
-                return
-            copies = self.kv.swap_in(group.swapped, self.config.watermark)
-            if copies is None and not self.running:
-                copies = self.kv.swap_in(group.swapped, watermark=0.0)
-            if copies is None:
-                return
-            self.swapped.popleft()
-            self._swapped_in(group, copies, plan)
 
     def _run_running(self, plan: StepPlan, budget: int | None
                      ) -> tuple[list[SequenceGroup], int | None]:
@@ -277,7 +275,7 @@ class Scheduler:
                     self._reject(group, plan, outgrows_reason(self.kv.facts(0), group))
                     break
                 victim = queue.pop() if queue else group
-                self._preempt(victim, plan)
+                preempt(self, victim, plan)
                 victims.append(victim)
                 if victim is group:
                     break
@@ -356,46 +354,6 @@ class Scheduler:
         # (released only where the scheme held some).
         self._to_free.extend(self._children.pop(group.request.request_id, []))
         plan.finished.append(group.request.request_id)
-
-    # ------------------------------------------------------------- preemption
-    def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
-        self.num_preemptions += 1
-        self._releases += 1
-        group.num_preemptions += 1
-        plan.preempted.append(group.request.request_id)
-        # Swap when asked to, and (as vLLM v0 does) for groups of several sequences even
-        # under recompute, because recomputing them separately would lose their sharing;
-        # recompute whenever the CPU pool has no room.
-        wants_swap = self.config.preemption == "swap" or len(group.seq_ids) > 1
-        swapped = (self.kv.swap_out(group.seq_ids,
-                                    self.config.cpu_swap_slots - self.cpu_used_slots)
-                   if wants_swap else None)
-        if swapped is not None:
-            self.cpu_used_slots += swapped.cpu_slots
-            group.swapped = swapped
-            group.status = "swapped"
-            plan.swap_outs.append(swapped)
-            self.swapped.append(group)
-            self.num_swaps_out += 1
-        else:  # recompute (also when the CPU pool is full)
-            plan.frees.extend(self.kv.free(group.seq_ids))
-            group.status = "waiting"
-            group.num_computed_tokens = 0  # a recomputation starts its prefill over
-            if len(group.seq_ids) > 1:  # restart: prefill once and fork again (sharing back)
-                group.seq_ids = [self._new_seq_id()]
-                group.num_output = 0
-                group.pending_forks = []
-                group.pending_frees = []
-
-    def _swapped_in(self, group: SequenceGroup, copies: list, plan: StepPlan) -> None:
-        """``group`` is back on the GPU (``copies``: CPU -> GPU): it runs again."""
-        assert group.swapped is not None
-        plan.swap_ins.append((group.swapped, copies))
-        self.cpu_used_slots -= group.swapped.cpu_slots
-        group.swapped = None
-        group.status = "running"
-        self.running.append(group)
-        self.num_swaps_in += 1
 
     def _num_running_seqs(self) -> int:
         return sum([len(g.seq_ids) for g in self.running])

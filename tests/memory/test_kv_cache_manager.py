@@ -25,8 +25,8 @@ MANAGER_MEMBERS = {"hashes_of", "get_computed_tokens", "allocate_slots", "fork",
 
 
 def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:
-    """Attributes read on ``self.kv`` / ``kv`` and on an allocator (``self.allocator``,
-    ``allocator``, ``alloc``) in a module."""
+    """Attributes read on ``self.kv`` / ``sched.kv`` / ``kv`` and on an allocator
+    (``self.allocator``, ``sched.allocator``, ``allocator``, ``alloc``) in a module."""
     on_kv, on_alloc = set(), set()
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Attribute):
@@ -37,7 +37,7 @@ def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:
         elif isinstance(base, ast.Name) and base.id in ("allocator", "alloc"):
             on_alloc.add(node.attr)
         elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) \
-                and base.value.id == "self":
+                and base.value.id in ("self", "sched"):
             if base.attr == "kv":
                 on_kv.add(node.attr)
             elif base.attr == "allocator":
@@ -48,7 +48,8 @@ def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:
 def test_the_scheduler_asks_memory_only_through_the_manager():
     engine = ROOT / "pagedsim" / "engine"
     used: set[str] = set()
-    for name in ("scheduler.py", "waiting_order.py"):
+    for name in ("scheduler.py", "admission.py", "preemption.py", "waiting_order.py",
+                 "waiting_queue.py"):
         on_kv, on_alloc = _members_used(engine / name, {"kv"})
         assert not on_alloc, f"{name} calls the allocator directly: {sorted(on_alloc)}"
         used |= on_kv
