@@ -17,10 +17,9 @@ What differs between schemes is composed in, never overridden (as vLLM v1's
 * ``regions``, vAttention's virtual regions (:class:`~.vattention.Regions`: a cap on
   sequences and their length, forks that copy).
 
-The read-only questions are :mod:`.block_queries`, a step's decodes in one call
-:mod:`.block_batch`, swapping :mod:`.block_swap`, the accounting, pictures and checks
-:mod:`.block_view`. Hot paths (``append_slot``, ``allocate_group``, ``free``) stay flat
-on purpose: the simulator calls them millions of times.
+Read-only questions: :mod:`.block_queries`; a step's decodes in one call: :mod:`.block_batch`;
+swapping: :mod:`.block_swap`; accounting, pictures, checks: :mod:`.block_view`. Hot paths
+(``append_slot``, ``allocate_group``, ``free``) stay flat: they run millions of times a run.
 """
 
 from __future__ import annotations
