@@ -1,7 +1,7 @@
 """``pagedsim sweep NAME``: one experiment swept over block size, request rate, sharing
 width, preemption mode, the KV pool's size (prefix-cache hit rate) or a host tier's size
 (:mod:`pagedsim.experiments.sweeps`), each sweep with its own defaults and ``--help``.
-The options shared with ``compare`` come from :mod:`pagedsim.cli.simulate`."""
+The options shared with ``compare`` come from :mod:`pagedsim.cli.experiment_options`."""
 
 from __future__ import annotations
 
@@ -13,17 +13,8 @@ from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, finite, nonempty
 from .base import PROG, UNITS_NOTE, ArgumentParser, CliError
 from .dask import with_dask
-from .simulate import (
-    OptionDefaults,
-    _check_out,
-    _check_schemes,
-    _progress,
-    _report_written,
-    _say_start,
-    add_experiment_options,
-    check_trace,
-    experiment,
-)
+from .experiment_options import OptionDefaults, add_experiment_options, check_trace, experiment
+from .simulate import _check_out, _check_schemes, _progress, _report_written, _say_start
 
 # --------------------------------------------------------------------------------------
 # sweep

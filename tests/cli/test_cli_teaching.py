@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pagedsim.cli import build_parser, main
+from pagedsim.cli import build_parser, experiment_options, main
 from pagedsim.cli import simulate as simulate_cli
 from pagedsim.cli import sweep as sweep_cli
 from pagedsim.engine.simulator import simulate
@@ -57,7 +57,7 @@ def _helps(parser: Any) -> dict[str, str]:
 def _sweep_defaults(name: str) -> Experiment:
     """What ``pagedsim sweep NAME`` really runs without flags."""
     args = build_parser().parse_args(["sweep", name])
-    return sweep_base(name, lambda **kw: simulate_cli.experiment(args, **kw))
+    return sweep_base(name, lambda **kw: experiment_options.experiment(args, **kw))
 
 
 @pytest.mark.parametrize("name", list(SWEEPS))
@@ -162,10 +162,10 @@ def test_budget_needs_a_model_and_gpu_or_a_preset(capsys: pytest.CaptureFixture[
 
 def test_compare_runs_the_same_preset_and_names_it(capsys: pytest.CaptureFixture[str]) -> None:
     default = build_parser().parse_args(["compare"])
-    exp = simulate_cli.experiment(default)
+    exp = experiment_options.experiment(default)
     assert exp.capacity_slots() == PAPER_OPT_13B.budget().max_tokens == 15728
     assert exp.preset == "paper-opt-13b"
-    named = simulate_cli.experiment(build_parser().parse_args(
+    named = experiment_options.experiment(build_parser().parse_args(
         ["compare", "--preset", "PAPER-OPT-13B"]))
     assert named == exp
     out, _ = _run(capsys, ["compare", "--num-requests", "20", "--schemes", "paged", *SMALL,
@@ -242,7 +242,7 @@ def test_preempt_counts_events_and_names_the_requests(capsys: pytest.CaptureFixt
     assert match, out
     # Independently: the simulator's own per-request records.
     args = build_parser().parse_args(argv)
-    exp = simulate_cli.experiment(args)
+    exp = experiment_options.experiment(args)
     alloc = make_allocator("paged", exp.capacity_slots(), exp.block_size, exp.max_model_len)
     result = simulate(exp.requests(), alloc, exp.cost_model(), exp.scheduler_config(),
                       progress=False)

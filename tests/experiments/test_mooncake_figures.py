@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from pagedsim.cli import build_parser
-from pagedsim.cli.simulate import experiment
+from pagedsim.cli.experiment_options import experiment
 from pagedsim.experiments.mooncake import (
     commands,
     main,

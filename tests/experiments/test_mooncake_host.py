@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from pagedsim.cli import build_parser
-from pagedsim.cli.simulate import experiment
+from pagedsim.cli.experiment_options import experiment
 from pagedsim.experiments.cache_replay import REPLAY_ROW
 from pagedsim.experiments.mooncake import SCHEMES, mooncake_experiment
 from pagedsim.experiments.mooncake_host import HOST_GB, host_runs, host_section, write_host
