@@ -5,7 +5,8 @@ replays N ShareGPT-like requests (the default setting: OPT-13B, one A100-40GB, 5
 The command runs in a fresh Python process (``python -m pagedsim.bench_scale N``), so its
 peak memory is its own: Linux's ``VmHWM`` (the resident high-water mark; ``ru_maxrss``
 would carry a forking parent's peak through exec), ``ru_maxrss`` elsewhere. The child
-prints one JSON line: wall seconds, peak bytes, requests.
+prints one JSON line: wall seconds, peak bytes, requests, and the simulated server's
+pace (requests finished per simulated second) and makespan (seconds).
 """
 
 from __future__ import annotations
@@ -69,13 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     num_requests = int(args[0])
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):  # the JSON rows are not the point
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # the run's JSON row: only what it says of the queue
         status = cli_main(compare_argv(num_requests))
     seconds = time.perf_counter() - t0
     if status:
         return status
+    (row,) = json.loads(out.getvalue())
     print(json.dumps({"seconds": seconds, "peak_bytes": peak_rss_bytes(),
-                      "requests": num_requests, "pid": os.getpid()}))
+                      "requests": num_requests, "pid": os.getpid(),
+                      "served_per_s": row["requests_per_s"],
+                      "makespan_s": row["makespan_s"]}))
     return 0
 
 

@@ -1,5 +1,7 @@
 """The benchmark script runs (smoke mode); its figures are for humans, not asserted."""
 
+import pytest
+
 from pagedsim.bench import main
 
 
@@ -20,6 +22,8 @@ def test_the_scale_figure_measures_a_fresh_process():
     assert r["requests"] == 50 and r["seconds"] > 0
     assert 20 * 2**20 < r["peak_bytes"] < 2**31  # a Python process with numpy and pandas
     assert r["requests_per_s"] == r["requests"] / r["seconds"]
+    # the simulated server's pace: every request finished within the makespan
+    assert r["served_per_s"] == pytest.approx(r["requests"] / r["makespan_s"])
 
 
 def test_mixed_stream_is_one_stream_every_allocator_can_replay():
