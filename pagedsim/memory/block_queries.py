@@ -9,27 +9,19 @@ Everything here reads the manager's block tables, reference counts and pool.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..validate import check_int
 from ..workloads.block_hashes import hashes_for
 from .base import SeqId
+from .pool_lookups import PoolLookups
 
 
-class Queries:
-    """Read-only questions about a :class:`~.block_manager.BlockManager`'s state."""
+class Queries(PoolLookups):
+    """Read-only questions about a :class:`~.block_manager.BlockManager`'s state (those
+    every pool manager answers alike are :class:`~.pool_lookups.PoolLookups`')."""
 
     # ------------------------------------------------------------- the pool
-    @property
-    def on_release(self):
-        """``on_release(start_slot, num_slots)`` for memory that goes back to the pool
-        (a cached block: when it is evicted), so a real cache can scrub it."""
-        return self.pool.on_release
-
-    @on_release.setter
-    def on_release(self, hook) -> None:
-        self.pool.on_release = hook
-
     @property
     def num_free_blocks(self) -> int:
         """Blocks in the pool's free structure (vLLM v1's free queue holds its cached
@@ -49,33 +41,11 @@ class Queries:
         """Blocks nobody holds that keep reusable K/V (0 without a prefix cache)."""
         return self.pool.num_cached_blocks
 
-    @property
-    def num_free_slots(self) -> int:
-        """Slots of never-used or released blocks (cached blocks are not counted)."""
-        pool = self.pool
-        return (pool.get_num_free_blocks() - pool.num_cached_blocks) * self.block_size
-
-    @property
-    def evicted_blocks(self) -> int:
-        """Cached blocks evicted so far (handed out for other content)."""
-        return self.pool.evicted_blocks
-
-    @evicted_blocks.setter
-    def evicted_blocks(self, n: int) -> None:
-        self.pool.evicted_blocks = n
-
     def block_hash(self, block: int) -> int | None:
         """The hash naming a block's content, or None (not full, content unknown, or no
         prefix cache)."""
         hashes = getattr(self.pool, "hashes", None)  # only vLLM v1's pool names blocks
         return None if hashes is None else hashes[block]
-
-    def ref_count(self, block: int) -> int:
-        return self._ref[block]
-
-    def external_frag_slots(self, need_slots: int | None) -> int:
-        """Always 0: any free block serves any sequence."""
-        return 0
 
     # ------------------------------------------------------------ sequences
     @property
@@ -89,15 +59,6 @@ class Queries:
             return True
         return self.regions is not None and self.regions.holds(seq_id)
 
-    def seq_ids(self) -> Iterator[SeqId]:
-        return iter(self._seqs)
-
-    def _get(self, seq_id: SeqId):
-        try:
-            return self._seqs[seq_id]
-        except (KeyError, TypeError):
-            raise ValueError(f"unknown sequence id {seq_id!r}") from None
-
     def _pop_seq(self, seq_id: SeqId):
         """Remove and return a sequence's record (the first step of ``free``)."""
         try:
@@ -110,16 +71,6 @@ class Queries:
     def block_table(self, seq_id: SeqId) -> list[int]:
         """A copy of the sequence's block table (physical block ids, in token order)."""
         return list(self._get(seq_id).table)
-
-    def seq_len(self, seq_id: SeqId) -> int:
-        return self._get(seq_id).num_tokens
-
-    def final_len(self, seq_id: SeqId) -> int | None:
-        return self._get(seq_id).final_len
-
-    def prefix_hit_tokens(self, seq_id: SeqId) -> int:
-        """Tokens of ``seq_id`` served from the prefix cache at its admission."""
-        return self._get(seq_id).hit_tokens
 
     def host_hit_tokens(self, seq_id: SeqId) -> int:
         """Of :meth:`prefix_hit_tokens`, the tokens loaded from the host tier."""

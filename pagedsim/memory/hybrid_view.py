@@ -7,50 +7,19 @@ checks are :mod:`.hybrid_account`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..validate import check_int
 from ..workloads.block_hashes import hashes_for
 from .base import SeqId
 from .hybrid_account import HybridAccount
 from .hybrid_groups import NULL_BLOCK, HybridSeq
+from .pool_lookups import PoolLookups
 
 
-class HybridView(HybridAccount):
-    """Read-only questions about a :class:`~.hybrid.HybridAllocator`'s state."""
-
-    # ------------------------------------------------------------- the pool
-    @property
-    def on_release(self):
-        """``on_release(start_slot, num_slots)`` for memory going back to the pool (a
-        cached block: when it is evicted), so a real cache can scrub it."""
-        return self.pool.on_release
-
-    @on_release.setter
-    def on_release(self, hook) -> None:
-        self.pool.on_release = hook
-
-    @property
-    def evicted_blocks(self) -> int:
-        """Cached blocks evicted so far (handed out for other content)."""
-        return self.pool.evicted_blocks
-
-    @evicted_blocks.setter
-    def evicted_blocks(self, n: int) -> None:
-        self.pool.evicted_blocks = n
-
-    @property
-    def num_free_slots(self) -> int:
-        """Slots of never-used or released blocks (cached blocks are not counted)."""
-        pool = self.pool
-        return (pool.get_num_free_blocks() - pool.num_cached_blocks) * self.block_size
-
-    def external_frag_slots(self, need_slots: int | None) -> int:
-        """Always 0: any free block serves any group of any sequence."""
-        return 0
-
-    def ref_count(self, block: int) -> int:
-        return self._ref[block]
+class HybridView(PoolLookups, HybridAccount):
+    """Read-only questions about a :class:`~.hybrid.HybridAllocator`'s state (those every
+    pool manager answers alike are :class:`~.pool_lookups.PoolLookups`')."""
 
     # ------------------------------------------------------------ sequences
     @property
@@ -62,25 +31,6 @@ class HybridView(HybridAccount):
             return seq_id in self._seqs
         except TypeError:
             return False
-
-    def seq_ids(self) -> Iterator[SeqId]:
-        return iter(self._seqs)
-
-    def _get(self, seq_id: SeqId) -> HybridSeq:
-        try:
-            return self._seqs[seq_id]
-        except (KeyError, TypeError):
-            raise ValueError(f"unknown sequence id {seq_id!r}") from None
-
-    def seq_len(self, seq_id: SeqId) -> int:
-        return self._get(seq_id).num_tokens
-
-    def final_len(self, seq_id: SeqId) -> int | None:
-        return self._get(seq_id).final_len
-
-    def prefix_hit_tokens(self, seq_id: SeqId) -> int:
-        """Tokens of ``seq_id`` served from the prefix cache at its admission."""
-        return self._get(seq_id).hit_tokens
 
     def block_table(self, seq_id: SeqId, group: int = 0) -> list[int]:
         """A copy of one group's block table (``NULL_BLOCK`` behind a window)."""
