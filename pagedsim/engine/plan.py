@@ -168,13 +168,11 @@ class StepPlan:
         self.num_batched_requests += 1
 
     def add_decodes(self, groups: list[SequenceGroup], seq_ids: list[SeqId],
-                    grant: Grant) -> None:
+                    grant: Grant) -> tuple[list[int], int]:
         """:meth:`add_decode` for each of ``groups`` in order, in one call: ``seq_ids`` are
-        their sequences, in order, and ``grant`` the slots of one token each."""
-        self.cow_copies.extend(grant.copies)
-        self.decode_seq_ids.extend(seq_ids)
-        self.decode_slots.extend(grant.slots)
-        rids = self.decode_request_ids
+        their sequences, in order, and ``grant`` the slots of one token each. Returns the
+        groups' request ids and the context tokens they attend over."""
+        rids: list[int] = []
         kv_tokens = 0
         windows = self.windows
         for g in groups:
@@ -184,8 +182,20 @@ class StepPlan:
             kv_tokens += len(g.seq_ids) * context
             if windows:
                 self._read_windows(len(g.seq_ids), context)
+        self.add_decode_batch(seq_ids, rids, kv_tokens, grant)
+        return rids, kv_tokens
+
+    def add_decode_batch(self, seq_ids: list[SeqId], request_ids: list[int], kv_tokens: int,
+                         grant: Grant) -> None:
+        """Decodes of ``request_ids``' sequences ``seq_ids`` (one token each, into
+        ``grant.slots``), attending over ``kv_tokens`` context tokens in all (what
+        :meth:`add_decodes` counts; without sliding windows, whose reads it counts too)."""
+        self.cow_copies.extend(grant.copies)
+        self.decode_seq_ids.extend(seq_ids)
+        self.decode_slots.extend(grant.slots)
+        self.decode_request_ids.extend(request_ids)
         self.kv_tokens_read += kv_tokens
-        self.num_batched_requests += len(groups)
+        self.num_batched_requests += len(request_ids)
 
     def _read_windows(self, num_seqs: int, context: int) -> None:
         """``num_seqs`` sequences read ``context`` cached tokens: at most each window."""

@@ -115,6 +115,12 @@ class Scheduler:
         self._windows: tuple[int, ...] = tuple(windows)
         self._decoded: list[SequenceGroup] = []  # groups that decoded this step, in order
         self._pending = False  # whether a running group may have pending forks or frees
+        #: The last step in which every running group decoded in one call: (``running``
+        #: then, its length, their sequences, request ids, context tokens); None: unknown.
+        #: While ``running`` is that same list, unchanged, the next such step is the same
+        #: groups one token on (any change makes a new list or a new length; forks and
+        #: beams, which change a group's sequences, forget it).
+        self._last_batch: tuple | None = None
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup | None:
@@ -243,7 +249,19 @@ class Scheduler:
             # The common step: every running group decodes, and the pool has room for all
             # (one call for the whole batch; None changed nothing, and the loop below then
             # takes them one by one, preempting where it must: same appends, same order).
-            seq_ids: list[SeqId] = []
+            last = self._last_batch
+            if last is not None and last[0] is running and last[1] == len(running):
+                # The same groups as the last such step, each one token further on: the
+                # same sequences, each context one token longer.
+                seq_ids, rids, kv_tokens = last[2], last[3], last[4] + len(last[2])
+                if budget is None or len(seq_ids) <= budget:
+                    grant = allocate(seq_ids, 1)
+                    if grant is not None:
+                        plan.add_decode_batch(seq_ids, rids, kv_tokens, grant)
+                        self._last_batch = (running, len(running), seq_ids, rids, kv_tokens)
+                        decoded.extend(running)
+                        return [], None if budget is None else budget - len(seq_ids)
+            seq_ids = []
             for group in running:
                 if group.prefill_end_tokens > group.num_computed_tokens:
                     break  # a chunked prefill runs this step: one by one
@@ -252,7 +270,10 @@ class Scheduler:
                 if budget is None or len(seq_ids) <= budget:
                     grant = allocate(seq_ids, 1)
                     if grant is not None:
-                        plan.add_decodes(running, seq_ids, grant)
+                        rids, kv_tokens = plan.add_decodes(running, seq_ids, grant)
+                        # Sliding windows' reads do not grow by one token a step: not kept.
+                        self._last_batch = (None if plan.windows else
+                                            (running, len(running), seq_ids, rids, kv_tokens))
                         decoded.extend(running)
                         return [], None if budget is None else budget - len(seq_ids)
         queue = deque(running)
@@ -332,6 +353,7 @@ class Scheduler:
         """After a sampled token of a group of several samples or beams: fork the samples
         its prompt's first token starts, or choose which beams survive."""
         self._pending = True  # forks and frees for the next step
+        self._last_batch = None  # its sequences change
         if len(group.seq_ids) < group.width:  # the prompt's first sampled tokens
             parent = group.seq_ids[0]
             for child in self._children.pop(group.request.request_id):
