@@ -65,9 +65,10 @@ from ..workloads.workload import Request
 from .admission import admit
 from .beams import BeamModel
 from .plan import ForkItem, SequenceGroup, StepPlan
-from .preemption import preempt, swap_in_all
+from .preemption import swap_in_all
+from .running import run_running
 from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
-from .scheduler_reasons import outgrows_reason, too_long_reason
+from .scheduler_reasons import too_long_reason
 from .waiting_queue import WaitingQueue
 
 # The configuration lives in its own module; these names stay importable from here.
@@ -221,7 +222,7 @@ class Scheduler:
             admit(self, plan, now_s, self.config.max_num_batched_tokens)
             if plan.prefills:
                 return []
-        victims, _ = self._run_running(plan, budget=None)
+        victims, _ = run_running(self, plan, budget=None)
         if not victims:
             swap_in_all(self, plan)
         return victims
@@ -230,88 +231,12 @@ class Scheduler:
         """vLLM v1 / Sarathi-Serve: running requests first (one token per decoding
         sequence, the next chunk of a chunked prefill), then new prompts fill what is
         left of the token budget, a long one split across steps."""
-        victims, budget = self._run_running(plan, self.config.max_num_batched_tokens)
+        victims, budget = run_running(self, plan, self.config.max_num_batched_tokens)
         if not victims:
             swap_in_all(self, plan)
             if not self.swapped and budget:
                 admit(self, plan, now_s, budget, chunked=True)
         return victims
-
-    def _run_running(self, plan: StepPlan, budget: int | None
-                     ) -> tuple[list[SequenceGroup], int | None]:
-        """Give every running group its next tokens, oldest first, preempting the newest
-        requests when memory runs out. ``budget`` (tokens) limits the step, or None.
-        Returns the preempted groups and the budget left."""
-        allocate = self.kv.allocate_slots
-        decoded = self._decoded = []
-        running = self.running
-        if running:
-            # The common step: every running group decodes, and the pool has room for all
-            # (one call for the whole batch; None changed nothing, and the loop below then
-            # takes them one by one, preempting where it must: same appends, same order).
-            last = self._last_batch
-            if last is not None and last[0] is running and last[1] == len(running):
-                # The same groups as the last such step, each one token further on: the
-                # same sequences, each context one token longer.
-                seq_ids, rids, kv_tokens = last[2], last[3], last[4] + len(last[2])
-                if budget is None or len(seq_ids) <= budget:
-                    grant = allocate(seq_ids, 1)
-                    if grant is not None:
-                        plan.add_decode_batch(seq_ids, rids, kv_tokens, grant)
-                        self._last_batch = (running, len(running), seq_ids, rids, kv_tokens)
-                        decoded.extend(running)
-                        return [], None if budget is None else budget - len(seq_ids)
-            seq_ids = []
-            for group in running:
-                if group.prefill_end_tokens > group.num_computed_tokens:
-                    break  # a chunked prefill runs this step: one by one
-                seq_ids += group.seq_ids
-            else:
-                if budget is None or len(seq_ids) <= budget:
-                    grant = allocate(seq_ids, 1)
-                    if grant is not None:
-                        rids, kv_tokens = plan.add_decodes(running, seq_ids, grant)
-                        # Sliding windows' reads do not grow by one token a step: not kept.
-                        self._last_batch = (None if plan.windows else
-                                            (running, len(running), seq_ids, rids, kv_tokens))
-                        decoded.extend(running)
-                        return [], None if budget is None else budget - len(seq_ids)
-        queue = deque(running)
-        self.running = []
-        victims: list[SequenceGroup] = []
-        while queue:
-            group = queue.popleft()
-            # > 0: the next chunk of a chunked prefill (``prefill_left``, inlined: hot path)
-            chunk = group.prefill_end_tokens - group.num_computed_tokens
-            if chunk > 0:
-                want = chunk if budget is None else min(chunk, budget)
-            else:
-                want = len(group.seq_ids)
-            if budget is not None and (want == 0 or want > budget):
-                self.running.append(group)  # no budget left this step: it waits
-                continue
-            # A chunk: ``want`` tokens of its one sequence; a decode: one token each.
-            while (grant := allocate(group.seq_ids, want if chunk > 0 else 1)) is None:
-                if not queue and not self.running:  # alone, and still no room: never will be
-                    self._reject(group, plan, outgrows_reason(self.kv.facts(0), group))
-                    break
-                victim = queue.pop() if queue else group
-                preempt(self, victim, plan)
-                victims.append(victim)
-                if victim is group:
-                    break
-            else:
-                if chunk > 0:
-                    start = group.num_computed_tokens
-                    group.num_computed_tokens += want
-                    plan.add_chunk(group, start, want, grant)
-                else:  # its token is counted computed with the sample (_after_sampling)
-                    plan.add_decode(group, grant)
-                    decoded.append(group)
-                self.running.append(group)
-                if budget is not None:
-                    budget -= want
-        return victims, budget
 
     def _release(self, seq_ids: list[SeqId], plan: StepPlan, only_held: bool = False) -> None:
         """Free ``seq_ids`` (``only_held``: those that own memory), one release event when

@@ -1,5 +1,5 @@
 """A step's decodes in one call: :meth:`BatchAppend.append_slots`, one token for each of
-many sequences, all or nothing.
+many sequences, all or nothing (or as many as fit, in order).
 
 The simulator's steps are mostly decodes: every running sequence appends one token, and
 nearly every one of them has room in its private last block (15 appends in 16, with
@@ -18,14 +18,17 @@ from .base import KVCopy, SeqId
 class BatchAppend:
     """``append_slots`` of a :class:`~.block_manager.BlockManager`."""
 
-    def append_slots(self, seq_ids: list[SeqId]) -> tuple[list[KVCopy], list[int]] | None:
+    def append_slots(self, seq_ids: list[SeqId], as_many_as_fit: bool = False
+                     ) -> tuple[list[KVCopy], list[int]] | None:
         """One :meth:`append_slot` for each of ``seq_ids`` in order, all or nothing (a
         step's decodes in one call): ``(copies, slots)``, or None and nothing changed when
-        they do not all fit.
+        they do not all fit. ``as_many_as_fit``: in order until one does not fit; the
+        slots (and copies) of those that did, which may be none.
 
         One pass writes every sequence with room in its private last block (it takes
-        nothing from the pool, so it cannot fail) and sets the others aside; if those
-        find their blocks, they append in order, else the pass is undone."""
+        nothing from the pool, so it cannot fail) and sets the others aside; those then
+        append in order, through ``append_slot``, if they find their blocks; what does not
+        happen is undone."""
         if len(set(seq_ids)) != len(seq_ids):  # a second append of one id is another count
             raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
         seqs = self._seqs
@@ -43,23 +46,31 @@ class BatchAppend:
             else:
                 later.append(len(slots))
             slots.append(slot)
-        if len(slots) < len(seq_ids) or later and not self.can_append_all(
+        if len(slots) < len(seq_ids):
+            self._undo_appends(seq_ids, slots, later)
+            self._get(seq_ids[len(slots)])  # raises: which id is unknown
+        if not as_many_as_fit and later and not self.can_append_all(
                 [seq_ids[i] for i in later]):
             self._undo_appends(seq_ids, slots, later)
-            if len(slots) < len(seq_ids):
-                self._get(seq_ids[len(slots)])  # raises: which id is unknown
             return None
         copies: list[KVCopy] = []
         for i in later:
+            # One by one, each as it would find the pool in order (the appends written
+            # above took nothing from it).
+            if as_many_as_fit and not self.can_append_all([seq_ids[i]]):
+                self._undo_appends(seq_ids, slots, later, after=i)
+                return copies, slots[:i]
             slots[i], copy = self.append_slot(seq_ids[i])
             if copy is not None:
                 copies.append(copy)
         return copies, slots
 
-    def _undo_appends(self, seq_ids: list[SeqId], slots: list[int], later: list[int]) -> None:
-        """Take back the first pass of :meth:`append_slots` (``slots`` so far)."""
+    def _undo_appends(self, seq_ids: list[SeqId], slots: list[int], later: list[int],
+                      after: int = -1) -> None:
+        """Take back the first pass of :meth:`append_slots` (``slots`` so far), at the
+        positions past ``after``."""
         skip = set(later)
-        for i in range(len(slots)):
+        for i in range(after + 1, len(slots)):
             if i not in skip:
                 seq = self._seqs[seq_ids[i]]
                 seq.next_slot -= 1

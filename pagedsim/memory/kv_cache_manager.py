@@ -113,8 +113,8 @@ class KVCacheManager:
 
     def allocate_slots(self, seq_ids: Sequence[SeqId], num_new_tokens: int, *,
                        hashes: BlockHashes | None = None, final_len: int | None = None,
-                       fork_ids: Sequence[SeqId] = (), watermark: float = 0.0
-                       ) -> Grant | None:
+                       fork_ids: Sequence[SeqId] = (), watermark: float = 0.0,
+                       as_many_as_fit: bool = False) -> Grant | None:
         """Room for ``num_new_tokens`` more tokens of each of ``seq_ids``, or None (and
         nothing changed) when it does not fit.
 
@@ -126,8 +126,16 @@ class KVCacheManager:
           the scheme keeps free at admission, where it applies one.
         * Without, running sequences grow: one token each (a decode: ``slots`` says
           where), or one sequence a longer chunk of its prefill.
+        * ``as_many_as_fit`` (one token each of ``seq_ids``, each its group's only
+          sequence): in order, as many as fit, as if asked one by one until one did not
+          fit; ``slots`` has one slot for each of those (none, maybe: never None).
         """
         alloc = self.allocator
+        if as_many_as_fit:
+            if num_new_tokens != 1 or final_len is not None:
+                raise ValueError("as_many_as_fit is for one token of each of running "
+                                 f"sequences, not {num_new_tokens} (final_len {final_len})")
+            return self._as_many_as_fit(list(seq_ids))
         if final_len is None and num_new_tokens == 1 and len(seq_ids) == 1:
             # The simulator's hot path, a lone sequence's decode: as few objects as can be.
             if not alloc.can_append_all(seq_ids):
@@ -169,6 +177,24 @@ class KVCacheManager:
         if not alloc.can_extend(seq_ids[0], num_new_tokens):
             return None
         return Grant(alloc.extend(seq_ids[0], num_new_tokens), [], [])
+
+    def _as_many_as_fit(self, seq_ids: list[SeqId]) -> Grant:
+        """``allocate_slots(seq_ids, 1, as_many_as_fit=True)``: in one call where the
+        scheme offers it, else one by one."""
+        if self._append_all is not None:
+            copies, slots = self._append_all(seq_ids, as_many_as_fit=True)
+            return _new_tuple(Grant, (copies, slots, _NONE, _NONE))
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        alloc, copies, slots = self.allocator, [], []
+        for seq_id in seq_ids:
+            if not alloc.can_append_all([seq_id]):
+                break
+            slot, copy = self._append(seq_id)
+            if copy is not None:
+                copies.extend(copy if type(copy) is list else [copy])
+            slots.append(slot)
+        return Grant(copies, slots, [])
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
         """``child_id`` holds the same tokens as ``parent_id``; the copies to carry out."""

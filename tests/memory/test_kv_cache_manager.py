@@ -48,8 +48,8 @@ def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:
 def test_the_scheduler_asks_memory_only_through_the_manager():
     engine = ROOT / "pagedsim" / "engine"
     used: set[str] = set()
-    for name in ("scheduler.py", "admission.py", "preemption.py", "waiting_order.py",
-                 "waiting_queue.py"):
+    for name in ("scheduler.py", "admission.py", "running.py", "preemption.py",
+                 "waiting_order.py", "waiting_queue.py"):
         on_kv, on_alloc = _members_used(engine / name, {"kv"})
         assert not on_alloc, f"{name} calls the allocator directly: {sorted(on_alloc)}"
         used |= on_kv
@@ -107,3 +107,45 @@ def test_schemes_without_a_prefix_cache_hash_nothing():
     for scheme in ("paged", "contiguous-max"):
         kv = KVCacheManager(make_allocator(scheme, 1024, 16, 512))
         assert kv.hashes_of(Request(1, 0.0, 48, 8)) is None
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+@pytest.mark.parametrize("shared", [False, True])
+def test_as_many_as_fit_is_asking_one_by_one_until_a_refusal(scheme, shared):
+    """A step's lone decodes in one call serve the longest prefix that fits, leaving
+    memory as one-by-one grants would, up to the first refusal."""
+    model = ModelSpec("rows", num_layers=1, num_heads=1, num_kv_heads=1, head_dim=8192,
+                      dtype_bytes=2, weights_bytes=0, max_model_len=512)
+
+    def setup():
+        alloc = make_allocator(scheme, 4096, 16, 512, model=model)
+        kv = KVCacheManager(alloc)
+        seqs = []
+        for seq_id, length in enumerate((32, 20, 48, 31, 16, 40), start=1):
+            if kv.allocate_slots([seq_id], length, final_len=length + 64) is None:
+                break
+            seqs.append(seq_id)
+        if shared and seqs and kv.allocate_slots([seqs[0]], 1) is not None:
+            kv.fork(seqs[0], 100)  # a shared last block: its copy takes a block
+            seqs.insert(1, 100)
+        return alloc, kv, seqs
+
+    alloc, kv, seqs = setup()
+    assert len(seqs) >= 2
+    one_alloc, one_kv, _ = setup()
+    served: list[int] = []
+    while len(served) < 2500 and sum(n < len(seqs) for n in served) < 3:  # dry, and past it
+        grant = kv.allocate_slots(seqs, 1, as_many_as_fit=True)
+        assert grant is not None and len(grant.slots) <= len(seqs)
+        alone = []
+        for seq_id in seqs:
+            g = one_kv.allocate_slots([seq_id], 1)
+            if g is None:
+                break
+            alone.append(g.slots[0])
+        assert grant.slots == alone  # the same prefix, the same slots
+        assert alloc.snapshot() == one_alloc.snapshot()
+        served.append(len(alone))
+    assert served[0] == len(seqs) and min(served) < len(seqs)  # it did run dry
+    with pytest.raises(ValueError, match="duplicate"):
+        kv.allocate_slots([seqs[0], seqs[0]], 1, as_many_as_fit=True)
