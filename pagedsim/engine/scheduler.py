@@ -122,6 +122,9 @@ class Scheduler:
         #: groups one token on (any change makes a new list or a new length; forks and
         #: beams, which change a group's sequences, forget it).
         self._last_batch: tuple | None = None
+        #: (head of the queue, its tokens, the slots it takes): the head changes far less
+        #: often than a step is accounted.
+        self._head_need: tuple[SequenceGroup, int, int] | None = None
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup | None:
@@ -167,7 +170,12 @@ class Scheduler:
         if not self.waiting:
             return None
         g = self.waiting[0]
-        return self.kv.facts(g.request.prompt_len + g.num_output, g.kv_final_len).slots_per_seq
+        num_tokens = g.request.prompt_len + g.num_output
+        memo = self._head_need
+        if memo is None or memo[0] is not g or memo[1] != num_tokens:
+            memo = self._head_need = (
+                g, num_tokens, self.kv.facts(num_tokens, g.kv_final_len).slots_per_seq)
+        return memo[2]
 
     # -------------------------------------------------------------------- step
     def schedule(self, now_s: float = 0.0) -> StepPlan:
@@ -201,9 +209,10 @@ class Scheduler:
         else:
             victims = self._step_chunked(plan, now_s)
         # Recompute victims go back to the front of the queue, oldest first.
-        for victim in sorted(victims, key=lambda g: g.request.arrival_s, reverse=True):
-            if victim.status == "waiting":
-                self.waiting.appendleft(victim)
+        if victims:
+            for victim in sorted(victims, key=lambda g: g.request.arrival_s, reverse=True):
+                if victim.status == "waiting":
+                    self.waiting.appendleft(victim)
 
         # 5. Count the sampled tokens and decide what the next step does.
         self._after_sampling(plan, now_s)
@@ -250,7 +259,9 @@ class Scheduler:
         groups = self.groups
         any_finished = False
         # Groups whose prefill ended this step: their first token, or a recomputation's.
-        for rid in dict.fromkeys(p.request_id for p in plan.prefills if p.last):
+        last = dict.fromkeys(p.request_id for p in plan.prefills if p.last) \
+            if plan.prefills else ()  # most steps only decode
+        for rid in last:
             group = groups[rid]
             group.num_output += 1
             if group.first_token_s is None:

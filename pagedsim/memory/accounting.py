@@ -47,9 +47,11 @@ def split_slots(filled: int, future: int, size: int) -> tuple[int, int, int]:
     return filled, future - filled, size - future
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SlotAccount:
-    """The six categories in slots, plus block counts for sharing savings."""
+    """The six categories in slots, plus block counts for sharing savings. (Not frozen:
+    one is made every simulated step, and a frozen dataclass's ``__init__`` takes over
+    twice as long.)"""
 
     token: int
     reserved: int

@@ -78,7 +78,7 @@ class SwappedGroup:
                              "(a stale group cannot come back twice)")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SlotUsage:
     """Allocated slots split by what will become of them (see :mod:`pagedsim.memory.accounting`)."""
 
