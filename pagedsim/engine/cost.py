@@ -297,9 +297,33 @@ class CostModel:
             self._check_windows(kv_tokens_read, kv_window_tokens_read)  # raises: no windows
         else:
             flops = self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
+        return self._seconds(flops, tokens, kv_tokens_read, kv_window_tokens_read)
+
+    def decode_steps_s(self, num_seqs: int, first_kv_tokens_read: int,
+                       num_steps: int) -> list[float]:
+        """:meth:`step_time_s` of ``num_steps`` steps that each decode one token of
+        ``num_seqs`` sequences, the first reading ``first_kv_tokens_read`` cached tokens
+        and each next one ``num_seqs`` more (every context one token longer): the same
+        seconds as asking step by step (:mod:`pagedsim.engine.steady`'s runs). Only for a
+        model read whole (no ``window_tokens``: their reads do not grow so)."""
+        if self.window_tokens:
+            raise ValueError(f"decode_steps_s needs every layer read whole, not the windows "
+                             f"{self.window_tokens!r}: ask step_time_s for each step")
+        check_int("num_steps", num_steps, minimum=0)
+        self._check_step(0, num_seqs, first_kv_tokens_read, 0)
+        seconds, flops, kv = self._seconds, self._flops, first_kv_tokens_read
+        times = []
+        for _ in range(num_steps):
+            times.append(seconds(flops(num_seqs, kv), num_seqs, kv))
+            kv += num_seqs
+        return times
+
+    def _seconds(self, flops: int, tokens: int, kv_tokens_read: int,
+                 window_reads: Sequence[int] = ()) -> float:
+        """A step's seconds: the slower side of the roofline, plus the step overhead."""
         if flops == 0:
             return 0.0
-        num_bytes = self._bytes(tokens, kv_tokens_read, kv_window_tokens_read)
+        num_bytes = self._bytes(tokens, kv_tokens_read, window_reads)
         compute_s = flops / (self.gpu.peak_flops_per_s * self.num_gpus)
         memory_s = num_bytes / (self.gpu.hbm_bytes_per_s * self.num_gpus)
         return max(compute_s, memory_s) + self.step_overhead_s

@@ -79,7 +79,7 @@ class Scheduler:
     """FCFS continuous batching over ``allocator``; one :meth:`schedule` call per step.
 
     It asks memory only through :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`
-    (``self.kv``), the ten calls of vLLM v1's shape; ``self.allocator`` is kept for
+    (``self.kv``), the eleven calls of vLLM v1's shape; ``self.allocator`` is kept for
     whoever drives the same allocator's data (the kernels' caches, pictures, tests).
     """
 

@@ -27,6 +27,7 @@ from .host_stats import HostStats
 from .plan import StepPlan
 from .request_log import REQUEST_COLUMNS, RequestLog
 from .scheduler import Scheduler, SchedulerConfig
+from .steady import run_steady
 from .step_keep import KeepSteps, StepKeeper
 from .step_stats import StepStats
 
@@ -182,6 +183,7 @@ def simulate(
     keep_steps: KeepSteps | None = None,
     num_requests: int | None = None,
     on_done: Callable[[int, float], None] | None = None,
+    steady_runs: bool = True,
 ) -> SimResult:
     """Run every request to completion; returns the run's sums and records.
 
@@ -193,6 +195,9 @@ def simulate(
     ``keep_steps``: which per-step rows to keep (default all; the summary never needs
     them). ``on_done(done, simulated_s)``: called whenever requests finish or are
     rejected, with how many are done so far and the simulated clock (seconds).
+    ``steady_runs``: run steady decode steps at once where the scheme can (:mod:`.steady`;
+    the same rows and results as step by step, which False asks for). Never with
+    ``on_step`` or a host tier, which look at every step.
     """
     # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.engine.cost).
     # And its sliding layers read only their windows where the kernel knows them (hybrid).
@@ -246,12 +251,36 @@ def simulate(
     evicted = allocator.evicted_blocks
     host = HostStats.of(allocator, cost)  # a host tier's copies cost link time
     last_shown = 0.0
+    steady = steady_runs and on_step is None and host is None
     while nxt is not None or sched.has_unfinished():
         while nxt is not None and nxt.arrival_s <= now:
             sched.add_request(nxt)
             nxt = next(arrivals, None)
         if not sched.has_unfinished():
             now = nxt.arrival_s  # type: ignore[union-attr]
+            continue
+        if steady and (run := run_steady(sched, cost, now,
+                                         None if nxt is None else nxt.arrival_s)):
+            # Each step of the run recorded as an ordinary one: its row, then the clock,
+            # then the arrivals before the next step.
+            external = allocator.external_frag_slots(sched.next_need_slots())
+            capacity, b = allocator.capacity_slots, run.num_seqs
+            for i, (dt, u) in enumerate(zip(run.step_times_s, run.usages, strict=True)):
+                chunk.append((
+                    run.first_step + i, now, dt, b, b, len(sched.waiting), 0,
+                    u.token_slots, u.reserved_slots, u.internal_frag_slots, u.cached_slots,
+                    external, u.free_slots - external, capacity, u.physical_blocks,
+                    u.logical_blocks, 0, b, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                ))  # fmt: skip
+                if len(chunk) >= CHUNK_STEPS:
+                    stats.add_rows(chunk)
+                    keeper.add_rows(chunk, time_index)
+                    chunk = []
+                now += dt
+                while nxt is not None and nxt.arrival_s <= now:
+                    sched.add_request(nxt)
+                    nxt = next(arrivals, None)
+            stalls = 0
             continue
         plan = sched.schedule(now)
         if plan.is_empty:  # nothing ran: memory was only released, or all must wait

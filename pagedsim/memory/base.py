@@ -95,7 +95,7 @@ class SlotUsage:
 @runtime_checkable
 class Allocator(Protocol):
     """What every scheme implements: everything the scheduler (through
-    :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`, its ten calls), the
+    :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager`, its eleven calls), the
     accounting and the KV caches call.
 
     Every scheme-specific decision sits behind it (how many blocks or pages a prompt

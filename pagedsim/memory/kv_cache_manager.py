@@ -1,4 +1,4 @@
-"""What the scheduler asks of memory: ten calls, in vLLM v1's shape.
+"""What the scheduler asks of memory: eleven calls, in vLLM v1's shape.
 
 vLLM v1's scheduler talks to one ``KVCacheManager``: ``get_computed_blocks(request)``
 (the cached prefix), ``allocate_slots(request, num_new_tokens)`` (blocks for the next
@@ -20,6 +20,8 @@ tokens, or None when they do not fit: admission, prefill chunks and decodes alik
 ``facts``                   capacity, slots in use, slots one sequence takes
 ``host_transfers``          a host tier's copies of the step, once a step
                             (:class:`~.host_tier.HostTransfers`; None: no tier)
+``decode_steps``            several decode steps of the same sequences at once ->
+                            the pool's usage after each (None: ask step by step)
 ==========================  ====================================================
 
 A host tier (:mod:`~.host_tier`) reaches the scheduler only through these: the computed
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..workloads.block_hashes import BlockHashes
 from .base import Allocator, KVCopy, SeqId, SwappedGroup
+from .block_batch import StepUsage
 from .host_tier import HostTransfers
 
 if TYPE_CHECKING:
@@ -80,8 +83,8 @@ class PoolFacts(NamedTuple):
 class KVCacheManager:
     """The scheduler's calls, over ``allocator`` (see the module docstring)."""
 
-    __slots__ = ("allocator", "max_model_len", "_append", "_append_all", "_holds", "_host",
-                 "_gives_back")
+    __slots__ = ("allocator", "max_model_len", "_append", "_append_all", "_append_steps",
+                 "_holds", "_host", "_gives_back")
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator
@@ -91,6 +94,7 @@ class KVCacheManager:
         self._append = allocator.append_slot  # the decode hot path: one lookup
         # A step's decodes in one call, where the scheme offers it (block managers do).
         self._append_all = getattr(allocator, "append_slots", None)
+        self._append_steps = getattr(allocator, "append_steps", None)  # and several steps
         self._holds = allocator.__contains__
         self._host = getattr(allocator, "host", None) is not None  # a host tier behind it
         # Whether the scheme gives blocks back on its own (read once: admission asks often).
@@ -195,6 +199,15 @@ class KVCacheManager:
                 copies.extend(copy if type(copy) is list else [copy])
             slots.append(slot)
         return Grant(copies, slots, [])
+
+    def decode_steps(self, seq_ids: list[SeqId], max_steps: int) -> list[StepUsage] | None:
+        """Up to ``max_steps`` decode steps of one token for each of ``seq_ids`` (each step
+        what ``allocate_slots(seq_ids, 1)`` does), stopping before the first that does not
+        fit whole: the pool's usage after each step done (a step's accounting without a
+        look at every sequence). None, and nothing changed, where the scheme cannot run
+        steps so: then ask step by step."""
+        run = self._append_steps
+        return None if run is None else run(seq_ids, max_steps)
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
         """``child_id`` holds the same tokens as ``parent_id``; the copies to carry out."""

@@ -1,4 +1,4 @@
-"""The scheduler's seam: ``KVCacheManager``'s ten calls, and a scheduler that uses no other.
+"""The scheduler's seam: ``KVCacheManager``'s eleven calls, and a scheduler that uses no other.
 
 The stateful machine (``tests/memory/test_allocator_state.py``, rules in
 :mod:`pagedsim.testing.manager_rules`) drives every registered scheme through the manager;
@@ -18,9 +18,9 @@ from pagedsim.memory.schemes import SCHEMES, make_allocator
 from pagedsim.workloads.workload import Request
 
 ROOT = Path(__file__).resolve().parents[2]
-#: What the manager offers the scheduler: ten calls and one fact.
+#: What the manager offers the scheduler: eleven calls and two facts.
 MANAGER_MEMBERS = {"hashes_of", "get_computed_tokens", "allocate_slots", "fork", "free",
-                   "swap_out", "swap_in", "num_seqs", "facts", "host_transfers",
+                   "swap_out", "swap_in", "num_seqs", "facts", "host_transfers", "decode_steps",
                    "max_model_len", "freed_while_running_blocks"}
 
 
@@ -49,7 +49,7 @@ def test_the_scheduler_asks_memory_only_through_the_manager():
     engine = ROOT / "pagedsim" / "engine"
     used: set[str] = set()
     for name in ("scheduler.py", "admission.py", "running.py", "preemption.py",
-                 "waiting_order.py", "waiting_queue.py"):
+                 "waiting_order.py", "waiting_queue.py", "steady.py"):
         on_kv, on_alloc = _members_used(engine / name, {"kv"})
         assert not on_alloc, f"{name} calls the allocator directly: {sorted(on_alloc)}"
         used |= on_kv
