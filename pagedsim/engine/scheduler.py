@@ -267,7 +267,7 @@ class Scheduler:
             if group.first_token_s is None:
                 group.first_token_s = now_s
             if group.num_output >= group.request.output_len:
-                self._finish(group, plan)
+                self._finish(group, plan.finished)
                 any_finished = True
             elif group.width > 1:
                 self._widen(group)
@@ -277,7 +277,7 @@ class Scheduler:
             group.num_computed_tokens += 1  # the token this step's decode wrote
             group.num_output += 1
             if group.num_output >= group.request.output_len:
-                self._finish(group, plan)
+                self._finish(group, plan.finished)
                 any_finished = True
             elif group.width > 1:
                 self._widen(group)
@@ -304,14 +304,16 @@ class Scheduler:
         group.pending_forks.extend(forks)
         group.seq_ids = survivors
 
-    def _finish(self, group: SequenceGroup, plan: StepPlan) -> None:
+    def _finish(self, group: SequenceGroup, finished: list[int]) -> None:
+        """``group`` sampled its last token: its memory goes at the next step, and its
+        request id joins ``finished`` (the step's)."""
         group.status = "finished"
         group.block_hashes = None  # its blocks keep what names them; the run keeps the group
         self._to_free.extend(group.seq_ids)
         # Samples never forked (a one-token output) give back any room held for them
         # (released only where the scheme held some).
         self._to_free.extend(self._children.pop(group.request.request_id, []))
-        plan.finished.append(group.request.request_id)
+        finished.append(group.request.request_id)
 
     def _num_running_seqs(self) -> int:
         return sum([len(g.seq_ids) for g in self.running])

@@ -265,18 +265,27 @@ def simulate(
             # then the arrivals before the next step.
             external = allocator.external_frag_slots(sched.next_need_slots())
             capacity, b = allocator.capacity_slots, run.num_seqs
+            last = len(run.usages) - 1
             for i, (dt, u) in enumerate(zip(run.step_times_s, run.usages, strict=True)):
                 chunk.append((
                     run.first_step + i, now, dt, b, b, len(sched.waiting), 0,
                     u.token_slots, u.reserved_slots, u.internal_frag_slots, u.cached_slots,
                     external, u.free_slots - external, capacity, u.physical_blocks,
-                    u.logical_blocks, 0, b, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                    u.logical_blocks, 0, b, 0, 0, 0, 0,
+                    len(run.finished) if i == last else 0, 0, 0, 0, 0,
                 ))  # fmt: skip
                 if len(chunk) >= CHUNK_STEPS:
                     stats.add_rows(chunk)
                     keeper.add_rows(chunk, time_index)
                     chunk = []
                 now += dt
+                if i == last and run.finished:
+                    forget(run.finished, now)
+                    if bar is not None:
+                        bar.update(len(run.finished))
+                        if now - last_shown >= 1.0:
+                            last_shown = now
+                            bar.set_postfix_str(f"simulated {now:,.0f} s", refresh=False)
                 while nxt is not None and nxt.arrival_s <= now:
                     sched.add_request(nxt)
                     nxt = next(arrivals, None)

@@ -11,8 +11,8 @@ A step is *steady* when it would be the scheduler's last step again, one token o
   (served in arrival order, so that a new arrival joins behind it) was refused and no
   memory came back since.
 
-A run of such steps ends before the step in which a request finishes (that step is an
-ordinary one: it frees memory and admits), before a step whose decodes would not all fit
+A run of such steps ends with the step in which a request finishes (the next step frees
+its memory and may admit: an ordinary one), before a step whose decodes would not all fit
 (memory stops there, and the ordinary step preempts), and before the step that starts
 after a request arrives at an empty queue (it may be admitted). Within a run each step
 lasts what the cost model says for its context, as an ordinary step would: the same
@@ -39,6 +39,7 @@ class SteadyRun(NamedTuple):
     step_times_s: list[float]  # each step's duration, seconds
     usages: list[StepUsage]  # the pool after each step (slots, blocks)
     num_seqs: int  # decodes in each step (one sequence per running group)
+    finished: list[int]  # request ids done after the last step, in running order
 
 
 def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
@@ -58,11 +59,9 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
                 or blocked[2] != sched._releases + sched.kv.freed_while_running_blocks):
             return None
     steps = MAX_STEADY_STEPS
-    for group in running:  # the steps before the one in which a group finishes
-        left = group.request.output_len - group.num_output - 1
+    for group in running:  # up to the step in which the first group finishes
+        left = group.request.output_len - group.num_output
         if left < steps:
-            if left <= 0:
-                return None
             steps = left
     last = sched._last_batch
     if last is not None and last[0] is running and last[1] == len(running) and last[5]:
@@ -100,9 +99,14 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
         times = cost.decode_steps_s(num_seqs, kv_tokens + num_seqs, done)
     first = sched.step_index + 1
     sched.step_index += done
-    for group in running:
+    finished: list[int] = []
+    for group in running:  # every group sampled ``done`` tokens (_after_sampling's count)
         group.num_computed_tokens += done
         group.num_output += done
+        if group.num_output >= group.request.output_len:
+            sched._finish(group, finished)
     sched._last_batch = (running, len(running), seq_ids, rids, kv_tokens + done * num_seqs,
                          True)
-    return SteadyRun(first, times, usages, num_seqs)
+    if finished:  # in the run's last step: a new running list, as after any finish
+        sched.running = [g for g in running if g.status != "finished"]
+    return SteadyRun(first, times, usages, num_seqs, finished)
