@@ -13,14 +13,29 @@ as if every group had asked alone: the same appends, in the same order, the same
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .plan import SequenceGroup, StepPlan
 from .preemption import preempt
 from .scheduler_reasons import outgrows_reason
 
 if TYPE_CHECKING:
+    from ..memory.base import SeqId
     from .scheduler import Scheduler
+
+
+class LastBatch(NamedTuple):
+    """The last step in which every running group decoded in one call
+    (``Scheduler._last_batch``). While ``running`` is that same list, unchanged, the next
+    such step is the same groups one token on (any change makes a new list or a new
+    length; forks and beams, which change a group's sequences, forget it)."""
+
+    running: list[SequenceGroup]  # the scheduler's running list then (the same object)
+    num_running: int  # its length then
+    seq_ids: list[SeqId]  # their sequences, in order
+    request_ids: list[int]  # their request ids, in order
+    kv_tokens: int  # context tokens the step's decodes attended over
+    lone: bool  # whether each group runs one sequence
 
 
 def run_running(sched: Scheduler, plan: StepPlan, budget: int | None
@@ -38,10 +53,11 @@ def run_running(sched: Scheduler, plan: StepPlan, budget: int | None
         # when each runs one sequence, as many as fit in order: the rest go one by
         # one below, preempting where they must; the same appends in the same order).
         last = sched._last_batch
-        if last is not None and last[0] is running and last[1] == len(running):
+        if last is not None and last.running is running and last.num_running == len(running):
             # The same groups as the last such step, each one token further on: the
             # same sequences, each context one token longer.
-            seq_ids, rids, kv_tokens, lone = last[2], last[3], last[4] + len(last[2]), last[5]
+            seq_ids, rids, lone = last.seq_ids, last.request_ids, last.lone
+            kv_tokens = last.kv_tokens + len(seq_ids)
             all_decode = True
         else:
             seq_ids, rids, lone, all_decode = [], None, True, True
@@ -61,7 +77,8 @@ def run_running(sched: Scheduler, plan: StepPlan, budget: int | None
                     plan.add_decode_batch(seq_ids, rids, kv_tokens, grant)
                 # Sliding windows' reads do not grow by one token a step: not kept.
                 sched._last_batch = (None if plan.windows else
-                                    (running, len(running), seq_ids, rids, kv_tokens, lone))
+                                     LastBatch(running, len(running), seq_ids, rids, kv_tokens,
+                                               lone))
                 decoded.extend(running)
                 return [], None if budget is None else budget - len(seq_ids)
             if grant is not None:  # one sequence each: the first ones ran

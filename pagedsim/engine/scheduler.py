@@ -66,7 +66,7 @@ from .admission import admit
 from .beams import BeamModel
 from .plan import ForkItem, SequenceGroup, StepPlan
 from .preemption import swap_in_all
-from .running import run_running
+from .running import LastBatch, run_running
 from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from .scheduler_reasons import too_long_reason
 from .waiting_queue import WaitingQueue
@@ -116,12 +116,8 @@ class Scheduler:
         self._windows: tuple[int, ...] = tuple(windows)
         self._decoded: list[SequenceGroup] = []  # groups that decoded this step, in order
         self._pending = False  # whether a running group may have pending forks or frees
-        #: The last step in which every running group decoded in one call: (``running``
-        #: then, its length, their sequences, request ids, context tokens); None: unknown.
-        #: While ``running`` is that same list, unchanged, the next such step is the same
-        #: groups one token on (any change makes a new list or a new length; forks and
-        #: beams, which change a group's sequences, forget it).
-        self._last_batch: tuple | None = None
+        #: The last step in which every running group decoded in one call (None: unknown).
+        self._last_batch: LastBatch | None = None
         #: (head of the queue, its tokens, the slots it takes): the head changes far less
         #: often than a step is accounted.
         self._head_need: tuple[SequenceGroup, int, int] | None = None

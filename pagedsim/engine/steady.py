@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from .running import LastBatch
+
 if TYPE_CHECKING:
     from ..memory.block_batch import StepUsage
     from .cost import CostModel
@@ -64,8 +66,9 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
         if left < steps:
             steps = left
     last = sched._last_batch
-    if last is not None and last[0] is running and last[1] == len(running) and last[5]:
-        seq_ids, rids, kv_tokens = last[2], last[3], last[4]  # the last step's batch
+    if (last is not None and last.running is running and last.num_running == len(running)
+            and last.lone):
+        seq_ids, rids, kv_tokens = last.seq_ids, last.request_ids, last.kv_tokens
     else:  # gathered as the scheduler's step does (running.py, plan.add_decodes)
         seq_ids, rids, kv_tokens = [], [], 0
         for group in running:
@@ -105,8 +108,8 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
         group.num_output += done
         if group.num_output >= group.request.output_len:
             sched._finish(group, finished)
-    sched._last_batch = (running, len(running), seq_ids, rids, kv_tokens + done * num_seqs,
-                         True)
+    sched._last_batch = LastBatch(running, len(running), seq_ids, rids,
+                                  kv_tokens + done * num_seqs, True)
     if finished:  # in the run's last step: a new running list, as after any finish
         sched.running = [g for g in running if g.status != "finished"]
     return SteadyRun(first, times, usages, num_seqs, finished)
