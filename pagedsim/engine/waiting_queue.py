@@ -21,6 +21,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 
 from ..memory.base import SeqId
 from ..workloads.workload import Request
@@ -81,11 +82,20 @@ class _Behind:
             self.head = 0
 
 
+#: The fields a plain request leaves at their defaults, with those defaults (read from
+#: Request itself, so that a field added there is checked here too).
+_DEFAULTS = tuple((f.name, f.default) for f in fields(Request)
+                  if f.name not in ("request_id", "arrival_s", "prompt_len", "output_len"))
+
+
 def _is_plain(request: Request) -> bool:
     """Whether ``Request(id, arrival, prompt, output)`` makes ``request`` again."""
-    return (type(request) is Request and request.n == 1 and request.beam_width == 1
-            and request.prefix_id is None and request.prompt_pieces is None
-            and request.prompt_piece_tokens == 512 and not request.output_in_pieces)
+    if type(request) is not Request:
+        return False
+    for name, default in _DEFAULTS:
+        if getattr(request, name) != default:
+            return False
+    return True
 
 
 class WaitingQueue:
