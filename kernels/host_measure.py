@@ -29,7 +29,7 @@ from .executor import RealExecutor
 from .host_cache import host_tier_cache
 from .hybrid_cache import held_blocks
 from .kv_cache import KVCacheConfig
-from .measure import PLAN_COLUMNS
+from .measure import PLAN_COLUMNS, largest_abs
 from .measure_config import MeasureConfig, model_spec, requests_for, simulator_allocator
 from .model import Decoder
 
@@ -110,9 +110,9 @@ def measure_host_tier(cfg: MeasureConfig, scheme: str, host_blocks: int,
         torch.cuda.synchronize()
     return HostMeasurement(
         scheme=scheme, frame=frame,
-        max_token_gap_slots=int(frame["token_gap_slots"].abs().max()),
-        max_cached_gap_slots=int(frame["cached_gap_slots"].abs().max()),
-        max_host_gap_blocks=int(frame["host_gap_blocks"].abs().max()),
+        max_token_gap_slots=largest_abs(frame["token_gap_slots"]),
+        max_cached_gap_slots=largest_abs(frame["cached_gap_slots"]),
+        max_host_gap_blocks=largest_abs(frame["host_gap_blocks"]),
         host_hit_tokens=int(frame["sim_host_hit_tokens"].sum()),
         loaded_blocks=executor.host.num_loaded_blocks,
         offloaded_blocks=executor.host.num_offloaded_blocks)

@@ -192,20 +192,20 @@ def measure_scheme(cfg: MeasureConfig, scheme: str, progress: bool | None = None
         frame["bytes_gap"] = frame["token_gap_slots"] * bytes_per_slot
     return SchemeMeasurement(
         scheme=scheme, frame=frame, bytes_per_slot=bytes_per_slot,
-        max_token_gap_slots=_largest(frame["token_gap_slots"]),
-        max_bytes_gap=_largest(frame["bytes_gap"]),
-        max_cached_gap_slots=_largest(frame["cached_gap_slots"]) if paged else None,
+        max_token_gap_slots=largest_abs(frame["token_gap_slots"]),
+        max_bytes_gap=largest_abs(frame["bytes_gap"]),
+        max_cached_gap_slots=largest_abs(frame["cached_gap_slots"]) if paged else None,
         prefix_hit_tokens=int(frame["prefix_hit_tokens"].sum()),
         prefill_tokens_cached=int(frame["prefill_tokens_cached"].sum()),
         evictions=int(frame["evictions"].sum()),
-        cuda_max_allocated_bytes=_largest(frame["cuda_allocated_bytes"]) if on_cuda else None,
-        cuda_max_reserved_bytes=_largest(frame["cuda_reserved_bytes"]) if on_cuda else None,
+        cuda_max_allocated_bytes=largest_abs(frame["cuda_allocated_bytes"]) if on_cuda else None,
+        cuda_max_reserved_bytes=largest_abs(frame["cuda_reserved_bytes"]) if on_cuda else None,
         rejections=sim_result.rejections, num_requests=len(requests),
         window_freed_blocks=sum(getattr(cache.allocator, "window_freed_blocks", ())),
     )
 
 
-def _largest(column) -> int:
+def largest_abs(column) -> int:
     """The largest absolute value of a step column; 0 for a run with no step (every
     request rejected), whose max is NaN."""
     value = column.abs().max()

@@ -66,6 +66,14 @@ def test_an_executor_that_skips_host_copies_is_caught(skip, monkeypatch):
         assert m.max_host_gap_blocks > 0
 
 
+def test_a_run_with_no_step_is_measured_not_a_nan_traceback():
+    """Was: 'cannot convert float NaN to integer' (no step to take a max over). A pool
+    of 1 block fits no request: every one is rejected, and no step runs."""
+    m = measure_host_tier(config(num_blocks=1, prompt_len_range=(5, 6)), "prefix-cache", 4)
+    assert m.frame.empty
+    assert m.max_token_gap_slots == m.max_cached_gap_slots == m.max_host_gap_blocks == 0
+
+
 def test_a_cache_without_a_host_tier_has_no_host_blocks():
     decoder = Decoder(tiny_model())
     with pytest.raises(ValueError, match="no host tier"):
