@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from itertools import islice
 
 from ..validate import check_int
 from .host_tier import HostTier
@@ -75,45 +76,86 @@ class BlockPool:
         the cached ones among them (reported to ``on_release``); the first
         ``len(new_hashes)`` are named by those hashes as they are taken (an admission's
         new full blocks: one pass instead of two on the simulator's hot path)."""
-        popitem, names, hook = self.free.popitem, self.hashes, self.on_release
-        bs, cached, dups, host = self.block_size, self.cached, self.dups, self.host
-        out = []
+        free, names, cached, dups = self.free, self.hashes, self.cached, self.dups
+        # The head's keys read in one C-level pass, then deleted: cheaper than popitem's
+        # tuple per block.
+        out = list(islice(free, n))
+        if len(out) < n:
+            raise IndexError(f"the free queue holds {len(out)} blocks, not {n}")
+        if self.host is not None or self.on_release is not None:
+            self._take_reporting(out, new_hashes)  # each eviction written back or reported
+            return out
+        # Each block evicted (forget's common case, inlined: without duplicates anywhere,
+        # a named block is the one its hash maps to), then named (cache_block, inlined).
         evicted = 0
-        num_named = len(new_hashes)
-        for j in range(n):
-            b = popitem(last=False)[0]
+        for b, new in zip(out, new_hashes):  # noqa: B905 (shorter: the rest, below)
+            del free[b]
             h = names[b]
-            if h is not None:  # evict it (the common case of forget, inlined)
-                if host is not None:  # its K/V goes to the host before the block is reused
-                    host.evicted(b, h)
-                if cached[h] == b and h not in dups:
+            if h is not None:
+                if not dups or cached[h] == b and h not in dups:
                     del cached[h]
-                    names[b] = None
                 else:
                     self.forget(b, h)
                 evicted += 1
+            names[b] = new
+            if cached.setdefault(new, b) != b:
+                dups.setdefault(new, []).append(b)
+        if len(new_hashes) < n:  # the rest stay unnamed (a partial block, a decode's)
+            for b in out[len(new_hashes):]:
+                del free[b]
+                h = names[b]
+                if h is not None:
+                    if not dups or cached[h] == b and h not in dups:
+                        del cached[h]
+                        names[b] = None
+                    else:
+                        self.forget(b, h)
+                    evicted += 1
+        if evicted:
+            self.num_cached_blocks -= evicted
+            self.evicted_blocks += evicted
+        return out
+
+    def _take_reporting(self, blocks: list[int], new_hashes: list[int] | tuple) -> None:
+        """:meth:`get_new_blocks` of ``blocks`` with a host tier (each evicted block's K/V
+        written back first) or an ``on_release`` hook (each eviction reported), each
+        block evicted and named in turn."""
+        free, names, hook, host, bs = self.free, self.hashes, self.on_release, self.host, \
+            self.block_size
+        evicted, num_named = 0, len(new_hashes)
+        for j, b in enumerate(blocks):
+            del free[b]
+            h = names[b]
+            if h is not None:
+                if host is not None:  # its K/V goes to the host before the block is reused
+                    host.evicted(b, h)
+                self.forget(b, h)
+                evicted += 1
                 if hook is not None:
                     hook(b * bs, bs)
-            if j < num_named:  # cache_block, inlined
-                h = new_hashes[j]
-                names[b] = h
-                if cached.setdefault(h, b) != b:
-                    dups.setdefault(h, []).append(b)
-            out.append(b)
+            if j < num_named:
+                self.cache_block(b, new_hashes[j])
         self.num_cached_blocks -= evicted
         self.evicted_blocks += evicted
-        return out
 
     def free_blocks(self, blocks: list[int]) -> None:
         """Blocks nobody holds any more join the tail of the free queue, in order: named
         ones stay cached, the others are released (``on_release``) at once."""
         free, names, hook, bs = self.free, self.hashes, self.on_release, self.block_size
+        if hook is None:  # the common case: count the unnamed ones (a partial last block)
+            unnamed = 0
+            for b in blocks:
+                free[b] = None
+                if names[b] is None:
+                    unnamed += 1
+            self.num_cached_blocks += len(blocks) - unnamed
+            return
         cached = 0
         for b in blocks:
             free[b] = None
             if names[b] is not None:
                 cached += 1
-            elif hook is not None:
+            else:
                 hook(b * bs, bs)
         self.num_cached_blocks += cached
 
