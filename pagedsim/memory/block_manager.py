@@ -54,6 +54,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         self._num_shared_blocks = 0  # blocks with ref count > 1
         self._num_logical_blocks = 0  # sum of block-table lengths
         self.cache = cache
+        self._at_free = cache if getattr(cache, "acts_at_free", True) else None  # free's hooks
         self._swap_token = object()  # marks the groups this manager swapped out
         self._swapped_ids: set[SeqId] = set()  # ids of those groups: not to be reused
         #: Blocks whose chained hashes name cached content (the prefix cache's block
@@ -210,7 +211,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         if self.regions is not None and self.regions.release_held(self, seq_id):
             return
         seq = self._pop_seq(seq_id)
-        cache = self.cache
+        cache = self._at_free  # the policy, when it acts at free (radix), else None
         if cache is not None:
             cache.freeing(self, seq)  # radix: its full pages join the tree first
         ref, table = self._ref, seq.table
@@ -241,11 +242,9 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         self.pool.free_blocks(zero)
 
     # ---------------------------------------------------------------- helpers
-    def _take(self, n: int, new_hashes: list[int] | tuple = ()) -> list[int]:
-        """``n`` blocks from the pool (room checked), each with one reference; a caching
-        pool names the first ``len(new_hashes)`` by those hashes."""
-        blocks = self.pool.get_new_blocks(n, new_hashes) if new_hashes else \
-            self.pool.get_new_blocks(n)
+    def _take(self, n: int) -> list[int]:
+        """``n`` blocks from the pool (room checked), each with one reference."""
+        blocks = self.pool.get_new_blocks(n)
         ref = self._ref
         for b in blocks:
             ref[b] = 1

@@ -62,24 +62,27 @@ class HashCache:
 
     def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
         """Per sequence (its hit blocks, its hit count with siblings', its chain, its host
-        hits after them), and the blocks that would leave the free queue; changes nothing
-        (but hashes ``content``). Host hits take new blocks like computed ones."""
-        bs, get, ref, host = self.block_size, self.pool.cached.get, mgr._ref, self.pool.host
+        hits after them, and, alone, how many of its hits nobody holds), and the blocks
+        that would leave the free queue; changes nothing (but hashes ``content``). Host
+        hits take new blocks like computed ones."""
+        bs, ref, host = self.block_size, mgr._ref, self.pool.host
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
+        if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
+            chain = content.chain(branch_of(seq_ids[0]), num_tokens // bs)
+            hit = self._hits(chain, most)
+            unheld = 0  # hits nobody holds, which leave the free queue
+            for b in hit:
+                if not ref[b]:
+                    unheld += 1
+            k = len(hit)
+            kh = host.run(chain, k, most) if host is not None else 0
+            return [(hit, k, chain, kh, unheld)], n - k + unheld
         plans, from_queue, touched, earlier = [], 0, set(), set()
         for seq_id in seq_ids:
             chain = content.chain(branch_of(seq_id), num_tokens // bs)
-            hit = []
-            for h in chain[:most]:
-                b = get(h)
-                if b is None:
-                    break
-                hit.append(b)
+            hit = self._hits(chain, most)
             k = len(hit)
             kh = host.run(chain, k, most) if host is not None and not plans else 0
-            if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
-                plans.append((hit, k, chain, kh))
-                return plans, n - k + sum(1 for b in hit if not ref[b])
             while k < most and chain[k] in earlier:  # an earlier sibling fills it
                 k += 1
             for b in hit:
@@ -88,8 +91,18 @@ class HashCache:
                     from_queue += 1
             from_queue += n - k
             earlier.update(chain[len(hit):])
-            plans.append((hit, k, chain, kh))
+            plans.append((hit, k, chain, kh, None))
         return plans, from_queue
+
+    def _hits(self, chain: list[int], most: int) -> list[int]:
+        """The blocks the map holds for the longest prefix of ``chain[:most]``."""
+        hit, get = [], self.pool.cached.get
+        for h in chain[:most]:
+            b = get(h)
+            if b is None:
+                break
+            hit.append(b)
+        return hit
 
     def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
               content: BlockHashes, plans) -> None:
@@ -97,27 +110,51 @@ class HashCache:
         and name every full block a sequence fills."""
         bs, pool, host = self.block_size, self.pool, self.pool.host
         n = -(-num_tokens // bs)
-        for hit, _, _, _ in plans:  # hits leave the free queue first: no new block evicts one
-            mgr._hold_blocks(hit)
-        _, k0, chain0, kh = plans[0]
-        if kh:  # the host hits stay in the host while the new blocks' evictions write back
-            host.pin(chain0[k0:k0 + kh])
         if len(seq_ids) == 1:  # the hot path: no siblings; new blocks named as taken
-            hit, k, chain, _ = plans[0]
-            new = mgr._take(n - k, chain[k:])
+            hit, k, chain, kh, unheld = plans[0]
+            # The hits leave the free queue first, so that no new block evicts one:
+            # mgr._hold_blocks and pool.touch_blocks in one loop (a hit is named, so one
+            # nobody held was a cached block of the queue).
+            ref, free = mgr._ref, pool.free
+            if unheld == k:  # the plan saw that nobody holds any of them
+                for b in hit:
+                    ref[b] = 1
+                    del free[b]
+            else:
+                shared = 0
+                for b in hit:
+                    r = ref[b]
+                    if not r:
+                        del free[b]
+                    elif r == 1:
+                        shared += 1
+                    ref[b] = r + 1
+                mgr._num_shared_blocks += shared
+            pool.num_cached_blocks -= unheld
+            if kh:  # the host hits stay in the host while the new blocks' evictions write back
+                host.pin(chain[k:k + kh])
+            new = pool.get_new_blocks(n - k, chain[k:])  # (mgr._take, inlined) named now
+            for b in new:
+                ref[b] = 1
             table = hit + new
-            seq = mgr._seqs[seq_ids[0]] = Seq(table, num_tokens, final_len, content,
-                                              branch_of(seq_ids[0]), list(chain),
-                                              (k + kh) * bs)
+            seq_id = seq_ids[0]
+            seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
+                                          seq_id if type(seq_id) is int else
+                                          branch_of(seq_id), list(chain), (k + kh) * bs)
             if host is not None:
                 self._host_admit(seq, chain, k, kh, new)
             if num_tokens % bs:
                 mgr._set_room(seq)
             mgr._num_logical_blocks += n
             return
+        for hit, _, _, _, _ in plans:  # hits leave the queue first: no new block evicts one
+            mgr._hold_blocks(hit)
+        _, k0, chain0, kh, _ = plans[0]
+        if kh:  # the host hits stay in the host while the new blocks' evictions write back
+            host.pin(chain0[k0:k0 + kh])
         names, cached, dups = pool.hashes, pool.cached, pool.dups
         siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
-        for seq_id, (hit, k, chain, kh) in zip(seq_ids, plans, strict=True):
+        for seq_id, (hit, k, chain, kh, _) in zip(seq_ids, plans, strict=True):
             table = list(hit)
             for j in range(len(hit), k):
                 b = siblings[chain[j]]
@@ -177,7 +214,10 @@ class HashCache:
             pool.host.inserted(b, h)
         return b
 
-    # The radix policy's hooks, which this policy does not need.
+    # The radix policy's hooks, which this policy does not need (so the manager's free
+    # does not call them).
+    acts_at_free = False
+
     def freeing(self, mgr, seq: Seq) -> None:
         pass
 

@@ -61,6 +61,8 @@ from .radix_tree import Node
 class RadixCache:
     """The radix policy over a :class:`~.radix_pool.RadixPool` (see the module)."""
 
+    acts_at_free = True  # the manager's free calls freeing and freed
+
     def __init__(self, pool: RadixPool) -> None:
         self.pool = pool
         self.tree = pool.tree
