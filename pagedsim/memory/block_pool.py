@@ -47,6 +47,9 @@ class BlockPool:
         self.cached: dict[int, int] = {}  # hash -> the block lookups find (named first)
         self.dups: dict[int, list[int]] = {}  # hash -> later blocks with that content
         self.num_cached_blocks = 0  # blocks in the free queue that hold a hash
+        #: Counts the changes of the map (blocks named or evicted): hits looked up stay
+        #: the map's while it is unchanged.
+        self.version = 0
         self.evicted_blocks = 0
         self.on_release: Callable[[int, int], None] | None = None
         self.host = host  # the host tier evicted blocks are written back to, or None
@@ -82,6 +85,7 @@ class BlockPool:
         out = list(islice(free, n))
         if len(out) < n:
             raise IndexError(f"the free queue holds {len(out)} blocks, not {n}")
+        self.version += 1  # blocks evicted or named, maybe
         if self.host is not None or self.on_release is not None:
             self._take_reporting(out, new_hashes)  # each eviction written back or reported
             return out
@@ -183,6 +187,7 @@ class BlockPool:
         """Block ``b`` now holds the content named ``h``: into the map (after any block
         named so before it)."""
         self.hashes[b] = h
+        self.version += 1
         if self.cached.setdefault(h, b) != b:
             self.dups.setdefault(h, []).append(b)
 
@@ -190,6 +195,7 @@ class BlockPool:
         """Block ``b`` no longer holds the content named ``h``: out of the map (the next
         duplicate, if any, becomes the block lookups find)."""
         self.hashes[b] = None
+        self.version += 1
         dups = self.dups.get(h)
         if self.cached[h] == b:
             if dups:

@@ -42,6 +42,10 @@ class HashCache:
     def __init__(self, pool: BlockPool) -> None:
         self.pool = pool
         self.block_size = pool.block_size
+        # The last lookup: (content, branch, num_tokens, the map's version, chain, hit
+        # blocks), or None. The scheduler looks a request up, then admits it; its plan
+        # takes the hits from here while no block was named or evicted in between.
+        self._looked: tuple | None = None
 
     def lookup(self, mgr, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the cache holds now."""
@@ -50,12 +54,16 @@ class HashCache:
         if not most or not (pool.cached or pool.host):
             return 0
         # The whole chain the admission will want, so that it is hashed once.
-        k, cached = 0, pool.cached  # the pool's map, read directly: the hot path
-        chain = content.chain(branch_of(seq_id), num_tokens // bs)
+        branch = seq_id if type(seq_id) is int else branch_of(seq_id)  # (no call: hot)
+        chain = content.chain(branch, num_tokens // bs)
+        hit, get = [], pool.cached.get  # the pool's map, read directly: the hot path
         for h in chain[:most]:
-            if h not in cached:
+            b = get(h)
+            if b is None:
                 break
-            k += 1
+            hit.append(b)
+        self._looked = (content, branch, num_tokens, pool.version, chain, hit)
+        k = len(hit)
         if pool.host is not None:  # the prefix goes on in the host tier
             k += pool.host.run(chain, k, most)
         return k * bs
@@ -65,11 +73,19 @@ class HashCache:
         hits after them, and, alone, how many of its hits nobody holds), and the blocks
         that would leave the free queue; changes nothing (but hashes ``content``). Host
         hits take new blocks like computed ones."""
-        bs, ref, host = self.block_size, mgr._ref, self.pool.host
+        bs, pool, ref, host = self.block_size, self.pool, mgr._ref, self.pool.host
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
         if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
-            chain = content.chain(branch_of(seq_ids[0]), num_tokens // bs)
-            hit = self._hits(chain, most)
+            seq_id = seq_ids[0]
+            branch = seq_id if type(seq_id) is int else branch_of(seq_id)
+            looked = self._looked
+            if (looked is not None and looked[0] is content and looked[1] == branch
+                    and looked[2] == num_tokens and looked[3] == pool.version
+                    and len(looked[4]) == num_tokens // bs):  # (a chain only grows)
+                chain, hit = looked[4], looked[5]  # what the lookup found is there still
+            else:
+                chain = content.chain(branch, num_tokens // bs)
+                hit = self._hits(chain, most)
             unheld = 0  # hits nobody holds, which leave the free queue
             for b in hit:
                 if not ref[b]:
@@ -171,6 +187,7 @@ class HashCache:
                 names[b] = h
                 if cached.setdefault(h, b) != b:
                     dups.setdefault(h, []).append(b)
+            pool.version += 1  # blocks named: a lookup's hits may be stale
             if host is not None and seq_id == seq_ids[0]:
                 self._host_admit(seq, chain, k, kh, new)
             if len(seq_ids) > 1:

@@ -8,6 +8,7 @@ from memory_helpers import BS, admit, req
 
 from pagedsim import account
 from pagedsim.memory import PrefixCachingAllocator
+from pagedsim.workloads.block_hashes import BlockHashes
 from pagedsim.workloads.prompts import block_hashes
 from pagedsim.workloads.workload import Request
 
@@ -172,3 +173,20 @@ def test_chain_hashes_ignore_nothing_before_them():
     r2 = req(2, (99, 11, 12))  # same blocks 1 and 2, different parent
     h1, h2 = block_hashes(r1, BS), block_hashes(r2, BS)
     assert h1[0] != h2[0] and h1[1] != h2[1] and h1[2] != h2[2]
+
+
+
+def test_an_admission_after_a_lookup_sees_evictions_made_in_between():
+    """The plan reuses the lookup's hits only while no block was named or evicted since:
+    here another admission evicts the third of the three blocks looked up."""
+    a = PrefixCachingAllocator(6, BS)
+    admit(a, 1, req(1, (10, 11, 12, 13)))
+    a.free(1)  # free queue: the two never used, then its blocks tail first
+    h2 = BlockHashes(req(2, (10, 11, 12, 14)), BS)
+    assert a.lookup_prefix(h2, 4 * BS, 2) == 3 * BS
+    assert admit(a, 3, req(3, (20, 21, 22, 23)))  # evicts the blocks of 13 and 12
+    a.free(3)
+    assert a.allocate_group([2], 4 * BS, 4 * BS, content=h2)
+    assert a.prefix_hit_tokens(2) == 2 * BS
+    assert a.block_table(2)[:2] == [0, 1]
+    a.check_invariants()
