@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import OutOfMemoryError
-from ..workloads.block_hashes import branch_of, hashes_for
+from ..workloads.block_hashes import BlockHashes, branch_of, hashes_for
 from . import block_batch, block_queries, block_swap, block_view
 from .base import AppendResult, KVCopy, SeqId
 from .block_seq import Seq
@@ -74,14 +74,16 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         now), each sequence's cached prefix comes from the cache. False, and nothing
         changed, when they do not fit."""
         regions = self.regions
-        if (len(seq_ids) != 1 or fork_ids or regions is not None
-                or not self._is_fresh(seq_ids[0])):
+        if (len(seq_ids) != 1 or fork_ids or regions is not None  # the common case, no call:
+                or type(seq_ids[0]) is not int or seq_ids[0] in self._seqs  # a new int id
+                or seq_ids[0] in self._swapped_ids):
             self._check_new_ids([*seq_ids, *fork_ids])
         if (type(num_tokens) is not int or num_tokens < 0 or final_len is not None
                 and (type(final_len) is not int or final_len < num_tokens)):
             num_tokens = self._check_lengths(num_tokens, final_len)  # raises or converts
-        if content is not None:  # a request is hashed now; anything else is refused
-            content = hashes_for(content, self.prefix_block_size)
+        if content is not None and (type(content) is not BlockHashes  # (hot: no call)
+                                    or content.block_size != self.prefix_block_size):
+            content = hashes_for(content, self.prefix_block_size)  # a request: hashed now
         if regions is not None and not regions.admits(self, seq_ids, fork_ids, num_tokens):
             return False
         bs, cache = self.block_size, self.cache
@@ -180,8 +182,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             raise OutOfMemoryError(f"no room for {num_tokens} more tokens of sequence "
                                    f"{seq_id!r} ({self.pool.get_num_free_blocks()} free "
                                    "blocks)")
-        copies = [c for _ in range(num_tokens) if (c := self.append_slot(seq_id)[1])]
-        return copies
+        return [c for _ in range(num_tokens) if (c := self.append_slot(seq_id)[1])]
 
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
         """``child_id`` shares every block of ``parent_id``; nothing is copied now
@@ -210,7 +211,10 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         its head and a prompt freed and allocated again gets its blocks back."""
         if self.regions is not None and self.regions.release_held(self, seq_id):
             return
-        seq = self._pop_seq(seq_id)
+        try:
+            seq = self._seqs.pop(seq_id)
+        except (KeyError, TypeError):
+            seq = self._pop_seq(seq_id)  # raises, saying why
         cache = self._at_free  # the policy, when it acts at free (radix), else None
         if cache is not None:
             cache.freeing(self, seq)  # radix: its full pages join the tree first
@@ -249,13 +253,6 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         for b in blocks:
             ref[b] = 1
         return blocks
-
-    def _is_fresh(self, seq_id: SeqId) -> bool:
-        """Whether ``seq_id`` is free to name a new sequence (the common case's check)."""
-        try:
-            return seq_id not in self._seqs and seq_id not in self._swapped_ids
-        except TypeError:  # unhashable: _check_new_ids says so
-            return False
 
     def _take_one(self, seq_id: SeqId, why: str) -> int:
         """A block with one reference for ``seq_id``; ``why`` starts the error's message

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from ..validate import check_int
-from ..workloads.block_hashes import hashes_for
+from ..workloads.block_hashes import BlockHashes, hashes_for
 from .base import SeqId
 from .pool_lookups import PoolLookups
 
@@ -117,7 +117,8 @@ class Queries(PoolLookups):
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
         if self.cache is None or content is None:
             return 0
-        content = hashes_for(content, self.block_size)
+        if type(content) is not BlockHashes or content.block_size != self.block_size:
+            content = hashes_for(content, self.block_size)  # (the scheduler's: no call)
         return self.cache.lookup(self, content, num_tokens, seq_id)
 
     # ---------------------------------------------------------------- room
