@@ -34,12 +34,9 @@ def admit(sched: Scheduler, plan: StepPlan, now_s: float, budget: int,
     """
     cfg = sched.config
     order_waiting(sched.waiting.front, sched.kv, cfg.order)  # the rest is behind, in order
-    blocked = sched._blocked
-    if (not chunked and blocked is not None and sched.waiting
-            and blocked[0] is sched.waiting[0]
-            and blocked[2] == sched._releases + sched.kv.freed_while_running_blocks):
-        # The head did not fit, and no memory came back since: the loop below would stop
-        # at it (a saturated run's every step; unchunked, it asks for the same tokens).
+    if not chunked and head_is_blocked(sched):
+        # The loop below would stop at the head (a saturated run's every step; unchunked,
+        # it asks for the same tokens).
         return
     num_seqs = sched._num_running_seqs()
     while sched.waiting:
@@ -104,6 +101,14 @@ def admit(sched: Scheduler, plan: StepPlan, now_s: float, budget: int,
         sched.running.append(group)
         num_seqs += width
         budget -= done
+
+def head_is_blocked(sched: Scheduler) -> bool:
+    """Whether the head of the waiting queue did not fit, and no memory came back since
+    (the scheduler released none, nor did the scheme on its own)."""
+    blocked = sched._blocked
+    return (blocked is not None and bool(sched.waiting) and blocked[0] is sched.waiting[0]
+            and blocked[2] == sched._releases + sched.kv.freed_while_running_blocks)
+
 
 def _allocate_group(sched: Scheduler, group: SequenceGroup, num_tokens: int, recompute: bool,
                     watermark: float | None = None) -> Grant | None:

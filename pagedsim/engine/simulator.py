@@ -244,6 +244,16 @@ def simulate(
                      g.first_scheduled_s, g.first_token_s, finish, g.num_output,
                      g.num_preemptions, g.cached_prompt_tokens, end))
 
+    def show(num_done: int, shown_s: float) -> float:
+        """``num_done`` more requests on the bar, and the simulated clock at most once a
+        simulated second; returns when the clock was last shown."""
+        if bar is not None:
+            bar.update(num_done)
+            if now - shown_s >= 1.0:
+                bar.set_postfix_str(f"simulated {now:,.0f} s", refresh=False)
+                return now
+        return shown_s
+
     now = 0.0
     nxt = next(arrivals, None)
     stalls = 0
@@ -281,11 +291,7 @@ def simulate(
                 now += dt
                 if i == last and run.finished:
                     forget(run.finished, now)
-                    if bar is not None:
-                        bar.update(len(run.finished))
-                        if now - last_shown >= 1.0:
-                            last_shown = now
-                            bar.set_postfix_str(f"simulated {now:,.0f} s", refresh=False)
+                    last_shown = show(len(run.finished), last_shown)
                 while nxt is not None and nxt.arrival_s <= now:
                     sched.add_request(nxt)
                     nxt = next(arrivals, None)
@@ -351,11 +357,7 @@ def simulate(
                 forget(plan.finished, now)
             if plan.rejected:
                 forget(plan.rejected, None)
-            if bar is not None:
-                bar.update(len(plan.finished) + len(plan.rejected))
-                if now - last_shown >= 1.0:
-                    last_shown = now
-                    bar.set_postfix_str(f"simulated {now:,.0f} s", refresh=False)
+            last_shown = show(len(plan.finished) + len(plan.rejected), last_shown)
     stats.add_rows(chunk)
     keeper.add_rows(chunk, time_index)
     stats.finish()

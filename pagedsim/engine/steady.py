@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from .admission import head_is_blocked
 from .running import LastBatch
 
 if TYPE_CHECKING:
@@ -55,11 +56,8 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
             or sched.config.policy != "v0" or sched._windows):
         return None
     waiting = sched.waiting
-    if waiting:
-        blocked = sched._blocked
-        if (sched.config.order != "fcfs" or blocked is None or blocked[0] is not waiting[0]
-                or blocked[2] != sched._releases + sched.kv.freed_while_running_blocks):
-            return None
+    if waiting and (sched.config.order != "fcfs" or not head_is_blocked(sched)):
+        return None
     steps = MAX_STEADY_STEPS
     for group in running:  # up to the step in which the first group finishes
         left = group.request.output_len - group.num_output
