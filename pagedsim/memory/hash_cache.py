@@ -128,14 +128,30 @@ class HashCache:
         n = -(-num_tokens // bs)
         if len(seq_ids) == 1:  # the hot path: no siblings; new blocks named as taken
             hit, k, chain, kh, unheld = plans[0]
-            # The hits leave the free queue first, so that no new block evicts one.
+            # The hits leave the free queue first, so that no new block evicts one:
+            # mgr._hold_blocks and pool.touch_blocks in one loop (a hit is named, so one
+            # nobody held was a cached block of the queue).
+            ref, free = mgr._ref, pool.free
             if unheld == k:  # the plan saw that nobody holds any of them
-                mgr.refs.hold_cached(hit)
+                for b in hit:
+                    ref[b] = 1
+                    del free[b]
             else:
-                mgr.refs.hold(hit)
+                shared = 0
+                for b in hit:
+                    r = ref[b]
+                    if not r:
+                        del free[b]
+                    elif r == 1:
+                        shared += 1
+                    ref[b] = r + 1
+                mgr._num_shared_blocks += shared
+            pool.num_cached_blocks -= unheld
             if kh:  # the host hits stay in the host while the new blocks' evictions write back
                 host.pin(chain[k:k + kh])
-            new = mgr.refs.take(n - k, chain[k:])  # named as they are taken
+            new = pool.get_new_blocks(n - k, chain[k:])  # (mgr._take, inlined) named now
+            for b in new:
+                ref[b] = 1
             table = hit + new
             seq_id = seq_ids[0]
             seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
@@ -148,7 +164,7 @@ class HashCache:
             mgr._num_logical_blocks += n
             return
         for hit, _, _, _, _ in plans:  # hits leave the queue first: no new block evicts one
-            mgr.refs.hold(hit)
+            mgr._hold_blocks(hit)
         _, k0, chain0, kh, _ = plans[0]
         if kh:  # the host hits stay in the host while the new blocks' evictions write back
             host.pin(chain0[k0:k0 + kh])
@@ -158,9 +174,9 @@ class HashCache:
             table = list(hit)
             for j in range(len(hit), k):
                 b = siblings[chain[j]]
-                mgr.refs.hold([b])
+                mgr._hold_blocks([b])
                 table.append(b)
-            new = mgr.refs.take(n - k)
+            new = mgr._take(n - k)
             table += new
             seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
                                           branch_of(seq_id), list(chain), (k + kh) * bs)
@@ -205,9 +221,10 @@ class HashCache:
             return b
         other = pool.get_cached_block(h)
         if other is not None and dedup and mgr._ref[b] == 1:
-            mgr.refs.hold([other])
+            mgr._hold_blocks([other])
             seq.table[index] = other
-            mgr.refs.release([b])
+            mgr._ref[b] = 0
+            pool.free_blocks([b])
             return other
         pool.cache_block(b, h)
         if pool.host is not None:

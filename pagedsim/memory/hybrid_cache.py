@@ -113,10 +113,16 @@ class HybridCache:
         """Carry out a plan that fits: every hit held first (no new block may evict one),
         then new blocks, each full one named for its group as it is taken."""
         alloc, bs = self.alloc, self.block_size
-        n = -(-num_tokens // bs)
+        n, ref = -(-num_tokens // bs), alloc._ref
         for _, hits, _ in plans:
             for g, (_, blocks) in enumerate(hits):
-                alloc.group_blocks[g] += alloc.refs.hold(blocks)  # those nobody held
+                for b in blocks:
+                    if not ref[b]:
+                        self.pool.touch(b)
+                        alloc.group_blocks[g] += 1
+                    elif ref[b] == 1:
+                        alloc._num_shared_blocks += 1
+                    ref[b] += 1
         for seq_id, (k, hits, chain) in zip(seq_ids, plans, strict=True):
             tables, first = [], []
             for g, (lo, blocks) in enumerate(hits):
