@@ -1,6 +1,7 @@
-"""A step's decodes in one call: :meth:`BatchAppend.append_slots`, one token for each of
-many sequences, all or nothing (or as many as fit, in order); and a run of such steps in
-one call, with the pool's usage after each (:meth:`BatchAppend.append_steps`).
+"""Many appends in one call: a prefill chunk's tokens of one sequence
+(:meth:`BatchAppend.extend`); a step's decodes, :meth:`BatchAppend.append_slots`, one token
+for each of many sequences, all or nothing (or as many as fit, in order); and a run of
+such steps, with the pool's usage after each (:meth:`BatchAppend.append_steps`).
 
 The simulator's steps are mostly decodes: every running sequence appends one token, and
 nearly every one of them has room in its private last block (15 appends in 16, with
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..errors import OutOfMemoryError
 from .base import KVCopy, SeqId
 
 
@@ -41,7 +43,17 @@ def _reserved_slots(num_tokens: int, final_len: int | None, block_size: int) -> 
 
 
 class BatchAppend:
-    """``append_slots`` of a :class:`~.block_manager.BlockManager`."""
+    """Many appends of a :class:`~.block_manager.BlockManager` in one call."""
+
+    def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
+        """Room for ``num_tokens`` more tokens of one sequence (a prefill chunk); the
+        copies to carry out first. ``OutOfMemoryError`` and nothing changed when it does
+        not fit."""
+        if not self.can_extend(seq_id, num_tokens):
+            raise OutOfMemoryError(f"no room for {num_tokens} more tokens of sequence "
+                                   f"{seq_id!r} ({self.pool.get_num_free_blocks()} free "
+                                   "blocks)")
+        return [c for _ in range(num_tokens) if (c := self.append_slot(seq_id)[1])]
 
     def append_slots(self, seq_ids: list[SeqId], as_many_as_fit: bool = False
                      ) -> tuple[list[KVCopy], list[int]] | None:
@@ -115,7 +127,7 @@ class BatchAppend:
         general path (a fresh block) are made one by one, at their step and in order; the
         others are counted, and written into each sequence once, when it next takes the
         general path or the run ends."""
-        if self.cache is not None or self.regions is not None or self._num_shared_blocks:
+        if self.cache is not None or self.regions is not None or self.refs.num_shared:
             return None
         if len(set(seq_ids)) != len(seq_ids):
             raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")

@@ -17,7 +17,7 @@ What differs between schemes is composed in, never overridden (as vLLM v1's
 * ``regions``, vAttention's virtual regions (:class:`~.vattention.Regions`: a cap on
   sequences and their length, forks that copy).
 
-Read-only questions: :mod:`.block_queries`; a step's decodes in one call: :mod:`.block_batch`;
+Read-only questions: :mod:`.block_queries`; many appends in one call: :mod:`.block_batch`;
 swapping: :mod:`.block_swap`; accounting, pictures, checks: :mod:`.block_view`. Hot paths
 (``append_slot``, ``allocate_group``, ``free``) stay flat: they run millions of times a run.
 """
@@ -30,6 +30,7 @@ from ..errors import OutOfMemoryError
 from ..workloads.block_hashes import BlockHashes, branch_of, hashes_for
 from . import block_batch, block_queries, block_swap, block_view
 from .base import AppendResult, KVCopy, SeqId
+from .block_refs import BlockRefs
 from .block_seq import Seq
 
 
@@ -48,10 +49,9 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         # virtually contiguous region.
         self.kernel_block_slots: int | None = None if regions else self.block_size
         self.kernel_window_tokens: tuple[int, ...] = ()  # every layer full attention
-        self._free = pool.free  # the pool's free structure (its length: blocks free)
-        self._ref = [0] * self.num_blocks
+        self.refs = BlockRefs(pool)  # how many tables hold each block
+        self._ref = self.refs.counts  # (the same list, bound for the hot paths)
         self._seqs: dict[SeqId, Seq] = {}
-        self._num_shared_blocks = 0  # blocks with ref count > 1
         self._num_logical_blocks = 0  # sum of block-table lengths
         self.cache = cache
         self._at_free = cache if getattr(cache, "acts_at_free", True) else None  # free's hooks
@@ -101,7 +101,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             cache.admit(self, seq_ids, num_tokens, final_len, content, plans)
             return True
         for seq_id in seq_ids:
-            seq = self._seqs[seq_id] = Seq(self._take(n), num_tokens, final_len)
+            seq = self._seqs[seq_id] = Seq(self.refs.take(n), num_tokens, final_len)
             if num_tokens % bs:
                 self._set_room(seq)
         self._num_logical_blocks += n * len(seq_ids)
@@ -143,7 +143,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         offset = n % bs
         copy = None
         if offset == 0:  # last block full (or no block yet): take a fresh one
-            block = self._take_one(seq_id, "no free block for sequence")
+            block = self.refs.take_one(seq_id)
             seq.table.append(block)
             self._num_logical_blocks += 1
             slot = block * bs
@@ -158,10 +158,8 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             if ref[block] == 1:
                 slot = block * bs + offset
             else:  # copy-on-write: the last block is shared; give this sequence its own
-                new = self._take_one(seq_id, "no free block for the copy-on-write of sequence")
-                ref[block] -= 1
-                if ref[block] == 1:
-                    self._num_shared_blocks -= 1
+                new = self.refs.take_one(seq_id, "no free block for the copy-on-write of")
+                self.refs.drop(block)
                 seq.table[-1] = new
                 slot = new * bs + offset
                 copy = KVCopy(block * bs, new * bs, offset)
@@ -174,16 +172,6 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         self._set_room(seq)
         return slot, copy
 
-    def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
-        """Room for ``num_tokens`` more tokens of one sequence (a prefill chunk); the
-        copies to carry out first. ``OutOfMemoryError`` and nothing changed when it does
-        not fit."""
-        if not self.can_extend(seq_id, num_tokens):
-            raise OutOfMemoryError(f"no room for {num_tokens} more tokens of sequence "
-                                   f"{seq_id!r} ({self.pool.get_num_free_blocks()} free "
-                                   "blocks)")
-        return [c for _ in range(num_tokens) if (c := self.append_slot(seq_id)[1])]
-
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
         """``child_id`` shares every block of ``parent_id``; nothing is copied now
         (vAttention's regions copy instead: :meth:`~.vattention.Regions.fork`)."""
@@ -194,7 +182,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             raise ValueError(f"sequence id {child_id!r} belongs to a swapped-out group")
         if self.regions is not None:
             return self.regions.fork(self, parent_id, parent, child_id)
-        self._hold_blocks(parent.table)
+        self.refs.hold(parent.table)
         parent.end_slot = 0  # its last block is shared now: the next append may copy it
         child = self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens,
                                            parent.final_len, parent.content,
@@ -218,52 +206,12 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         cache = self._at_free  # the policy, when it acts at free (radix), else None
         if cache is not None:
             cache.freeing(self, seq)  # radix: its full pages join the tree first
-        ref, table = self._ref, seq.table
-        self._num_logical_blocks -= len(table)
-        if not self._num_shared_blocks:  # no block is shared: every one goes back
-            for b in table:
-                ref[b] = 0
-            self.pool.free_blocks(table[::-1])
-        else:
-            self._release_shared(table)
+        self._num_logical_blocks -= len(seq.table)
+        self.refs.release(seq.table)
         if cache is not None:
             cache.freed(self, seq)
 
-    def _release_shared(self, table: list[int]) -> None:
-        """``free``'s walk when some block is shared: one reference less on each block,
-        tail first, and those nobody holds now back to the pool."""
-        ref = self._ref
-        zero, unshared = [], 0
-        for i in range(len(table) - 1, -1, -1):
-            b = table[i]
-            r = ref[b] - 1
-            ref[b] = r
-            if r == 0:
-                zero.append(b)
-            elif r == 1:
-                unshared += 1
-        self._num_shared_blocks -= unshared
-        self.pool.free_blocks(zero)
-
     # ---------------------------------------------------------------- helpers
-    def _take(self, n: int) -> list[int]:
-        """``n`` blocks from the pool (room checked), each with one reference."""
-        blocks = self.pool.get_new_blocks(n)
-        ref = self._ref
-        for b in blocks:
-            ref[b] = 1
-        return blocks
-
-    def _take_one(self, seq_id: SeqId, why: str) -> int:
-        """A block with one reference for ``seq_id``; ``why`` starts the error's message
-        (formatted only when raised: this is the decode hot path)."""
-        try:
-            b = self.pool.get_new_block()
-        except IndexError:
-            raise OutOfMemoryError(f"{why} {seq_id!r}") from None
-        self._ref[b] = 1
-        return b
-
     def _set_room(self, seq: Seq) -> None:
         """Set ``seq.next_slot`` and ``seq.end_slot`` for the fast path of ``append_slot``."""
         bs = self.block_size
@@ -279,18 +227,3 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             room = min(room, self.regions.max_model_len - n)
         seq.next_slot = seq.table[-1] * bs + offset
         seq.end_slot = seq.next_slot + room
-
-    def _hold_blocks(self, blocks: list[int]) -> None:
-        """One more reference to each of ``blocks`` (hits, a sibling's, a parent's): a
-        block nobody held leaves the pool's free structure (``touch``)."""
-        ref, unheld, shared = self._ref, [], 0
-        for b in blocks:
-            r = ref[b]
-            if r == 0:
-                unheld.append(b)
-            elif r == 1:
-                shared += 1
-            ref[b] = r + 1
-        self._num_shared_blocks += shared
-        if unheld:
-            self.pool.touch_blocks(unheld)

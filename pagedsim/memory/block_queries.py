@@ -9,7 +9,7 @@ Everything here reads the manager's block tables, reference counts and pool.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from ..validate import check_int
 from ..workloads.block_hashes import BlockHashes, hashes_for
@@ -34,7 +34,7 @@ class Queries(PoolLookups):
 
     @property
     def num_shared_blocks(self) -> int:
-        return self._num_shared_blocks
+        return self.refs.num_shared
 
     @property
     def num_cached_blocks(self) -> int:
@@ -204,31 +204,3 @@ class Queries(PoolLookups):
         if num_tokens and n % bs and self._ref[seq.table[-1]] > 1:
             need += 1  # copy-on-write of the shared last block
         return need <= self.pool.get_num_free_blocks()
-
-    # -------------------------------------------------------------- checks
-    def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
-        """Refuse ids given twice, ids in use, and ids of a swapped-out group (it must be
-        able to come back)."""
-        try:
-            if len(set(seq_ids)) != len(seq_ids):
-                raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
-        except TypeError:
-            raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
-        clash = [s for s in seq_ids if s in self]
-        if clash:
-            raise ValueError(f"sequence ids {clash!r} already exist")
-        swapped = [s for s in seq_ids if s in self._swapped_ids]
-        if swapped:
-            raise ValueError(f"sequence ids {swapped!r} belong to a swapped-out group")
-
-    def _check_lengths(self, num_tokens: int, final_len: int | None) -> int:
-        """``num_tokens`` checked (an int >= 0, and <= ``final_len`` when given)."""
-        if type(num_tokens) is not int or num_tokens < 0:
-            num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        if final_len is not None:
-            if type(final_len) is not int:
-                final_len = check_int("final_len", final_len)
-            if final_len < num_tokens:
-                raise ValueError(f"final_len ({final_len}) must be >= num_tokens "
-                                 f"({num_tokens})")
-        return num_tokens

@@ -87,7 +87,7 @@ class Swapping:
             for b in phys:
                 ref[b] += 1
                 if ref[b] == 2:
-                    self._num_shared_blocks += 1
+                    self.refs.num_shared += 1
             content, hashes = named.get(seq_id, (None, []))
             seq = Seq(phys, num_tokens, final_len, content, branch_of(seq_id))
             self._seqs[seq_id] = seq

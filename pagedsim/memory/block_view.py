@@ -25,7 +25,7 @@ class View:
                                  self.num_blocks - pool.get_num_free_blocks() - held,
                                  self._num_logical_blocks, final_lens,
                                  cached_slots=pool.num_cached_blocks * self.block_size,
-                                 shared=self._num_shared_blocks > 0)
+                                 shared=self.refs.num_shared > 0)
         return u if regions is None else regions.usage(self, u)
 
     def snapshot(self) -> dict:
@@ -66,7 +66,7 @@ class View:
             assert self._ref[b] == counts[b], (
                 f"block {b}: ref count {self._ref[b]} != {counts[b]} table entries")
         self.pool.check(set(counts))
-        assert self._num_shared_blocks == sum(1 for c in counts.values() if c > 1)
+        assert self.refs.num_shared == sum(1 for c in counts.values() if c > 1)
         assert self._num_logical_blocks == sum(len(s.table) for s in self._seqs.values())
         bs = self.block_size
         for seq_id, seq in self._seqs.items():

@@ -128,30 +128,14 @@ class HashCache:
         n = -(-num_tokens // bs)
         if len(seq_ids) == 1:  # the hot path: no siblings; new blocks named as taken
             hit, k, chain, kh, unheld = plans[0]
-            # The hits leave the free queue first, so that no new block evicts one:
-            # mgr._hold_blocks and pool.touch_blocks in one loop (a hit is named, so one
-            # nobody held was a cached block of the queue).
-            ref, free = mgr._ref, pool.free
+            # The hits leave the free queue first, so that no new block evicts one.
             if unheld == k:  # the plan saw that nobody holds any of them
-                for b in hit:
-                    ref[b] = 1
-                    del free[b]
+                mgr.refs.hold_cached(hit)
             else:
-                shared = 0
-                for b in hit:
-                    r = ref[b]
-                    if not r:
-                        del free[b]
-                    elif r == 1:
-                        shared += 1
-                    ref[b] = r + 1
-                mgr._num_shared_blocks += shared
-            pool.num_cached_blocks -= unheld
+                mgr.refs.hold(hit)
             if kh:  # the host hits stay in the host while the new blocks' evictions write back
                 host.pin(chain[k:k + kh])
-            new = pool.get_new_blocks(n - k, chain[k:])  # (mgr._take, inlined) named now
-            for b in new:
-                ref[b] = 1
+            new = mgr.refs.take(n - k, chain[k:])  # named as they are taken
             table = hit + new
             seq_id = seq_ids[0]
             seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
@@ -164,7 +148,7 @@ class HashCache:
             mgr._num_logical_blocks += n
             return
         for hit, _, _, _, _ in plans:  # hits leave the queue first: no new block evicts one
-            mgr._hold_blocks(hit)
+            mgr.refs.hold(hit)
         _, k0, chain0, kh, _ = plans[0]
         if kh:  # the host hits stay in the host while the new blocks' evictions write back
             host.pin(chain0[k0:k0 + kh])
@@ -174,9 +158,9 @@ class HashCache:
             table = list(hit)
             for j in range(len(hit), k):
                 b = siblings[chain[j]]
-                mgr._hold_blocks([b])
+                mgr.refs.hold([b])
                 table.append(b)
-            new = mgr._take(n - k)
+            new = mgr.refs.take(n - k)
             table += new
             seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
                                           branch_of(seq_id), list(chain), (k + kh) * bs)
@@ -221,10 +205,9 @@ class HashCache:
             return b
         other = pool.get_cached_block(h)
         if other is not None and dedup and mgr._ref[b] == 1:
-            mgr._hold_blocks([other])
+            mgr.refs.hold([other])
             seq.table[index] = other
-            mgr._ref[b] = 0
-            pool.free_blocks([b])
+            mgr.refs.release([b])
             return other
         pool.cache_block(b, h)
         if pool.host is not None:

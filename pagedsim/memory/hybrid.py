@@ -28,13 +28,14 @@ block. The read-only side, the accounting and the checks are :mod:`.hybrid_view`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from ..errors import OutOfMemoryError
 from ..workloads.block_hashes import branch_of, hashes_for
 from . import hybrid_swap, hybrid_view
 from .base import AppendResult, KVCopy, SeqId
 from .block_pool import BlockPool
+from .block_refs import BlockRefs
 from .free_list import FreeList
 from .hybrid_cache import HybridCache
 from .hybrid_groups import NULL_BLOCK, GroupSpec, HybridSeq
@@ -59,12 +60,12 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         self.max_model_len: int | None = None  # the registry sets the model's
         self.kind = kind or ("hybrid-prefix-cache" if prefix_cache else "hybrid")
         self.cache = HybridCache(self) if prefix_cache else None
-        self._ref = [0] * self.num_blocks
+        self.refs = BlockRefs(self.pool)  # how many tables hold each block
+        self._ref = self.refs.counts  # (the same list, bound for the hot paths)
         self._seqs: dict[SeqId, HybridSeq] = {}
         self._sliding = [(g, s.window_tokens) for g, s in enumerate(groups) if s.window]
         #: Its sliding-window decode reads a sliding group's layers only in the window.
         self.kernel_window_tokens = tuple(sorted({w for _, w in self._sliding}))
-        self._num_shared_blocks = 0  # blocks with ref count > 1
         self._num_logical_blocks = 0  # held table entries, all groups
         self.group_blocks = [0] * len(groups)  # blocks each group holds now
         #: Table entries each group gave up behind its window, and of those the blocks
@@ -148,9 +149,7 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
                 b = table[-1]
                 if ref[b] != 1:  # copy-on-write: the partial last block is shared
                     new = self._take_one(g)
-                    ref[b] -= 1
-                    if ref[b] == 1:
-                        self._num_shared_blocks -= 1
+                    self.refs.drop(b)
                     table[-1] = new
                     copies.append(KVCopy(b * bs, new * bs, off))
                     b = new
@@ -181,9 +180,7 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         for g, table in enumerate(seq.tables):
             if n % bs and ref[table[-1]] > 1:
                 old, new = table[-1], self._take_one(g)
-                ref[old] -= 1
-                if ref[old] == 1:
-                    self._num_shared_blocks -= 1
+                self.refs.drop(old)
                 table[-1] = new
                 copies.append(KVCopy(old * bs, new * bs, n % bs))
             add = total - len(table)
@@ -202,7 +199,7 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         parent = self._get(parent_id)
         self._check_new_ids([child_id])
         tables = [list(t) for t in parent.tables]
-        self._hold(b for t in tables for b in t if b != NULL_BLOCK)
+        self.refs.hold([b for t in tables for b in t if b != NULL_BLOCK])
         child = self._seqs[child_id] = HybridSeq(
             tables, list(parent.first), parent.num_tokens, parent.final_len,
             parent.content, branch_of(child_id), list(parent.hashes))
@@ -234,56 +231,34 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
                     back.append(b)
                     self.group_blocks[g] -= 1
                 elif r == 1:
-                    self._num_shared_blocks -= 1
+                    self.refs.num_shared -= 1
         self.pool.free_blocks(back)
 
     # ---------------------------------------------------------------- helpers
     def _drop_behind(self, seq: HybridSeq, n: int) -> None:
         """Each sliding group gives up the blocks before the one holding token
         ``n - W + 1`` (the first the query at ``n`` reads), latest first as vLLM does."""
-        bs, ref, pool = self.block_size, self._ref, self.pool
+        bs = self.block_size
         for g, w in self._sliding:
             cut, first = (n - w + 1) // bs, seq.first[g]
             if cut <= first:
                 continue
-            table, back = seq.tables[g], []
-            for i in range(cut - 1, first - 1, -1):
-                b = table[i]
-                table[i] = NULL_BLOCK
-                r = ref[b] - 1
-                ref[b] = r
-                if r == 0:
-                    back.append(b)
-                elif r == 1:
-                    self._num_shared_blocks -= 1
+            table = seq.tables[g]
+            back = self.refs.release(table[first:cut])  # latest first, as vLLM does
+            table[first:cut] = [NULL_BLOCK] * (cut - first)
             seq.first[g] = cut
             self._num_logical_blocks -= cut - first
             self.window_dropped_entries[g] += cut - first
-            self.window_freed_blocks[g] += len(back)
-            self.freed_while_running_blocks += len(back)
-            self.group_blocks[g] -= len(back)
-            pool.free_blocks(back)
+            self.window_freed_blocks[g] += back
+            self.freed_while_running_blocks += back
+            self.group_blocks[g] -= back
 
     def _take(self, n: int, group: int, names: list | tuple = ()) -> list[int]:
-        """``n`` blocks for ``group`` from the pool (room checked), one reference each; a
+        """``n`` blocks for ``group`` from the pool (room checked), one holder each; a
         caching pool names the first ``len(names)``."""
-        blocks = self.pool.get_new_blocks(n, names) if names else self.pool.get_new_blocks(n)
-        ref = self._ref
-        for b in blocks:
-            ref[b] = 1
         self.group_blocks[group] += n
-        return blocks
+        return self.refs.take(n, names)
 
     def _take_one(self, group: int) -> int:
-        b = self.pool.get_new_block()  # room was checked by the caller
-        self._ref[b] = 1
         self.group_blocks[group] += 1
-        return b
-
-    def _hold(self, blocks: Iterable[int]) -> None:
-        """One more reference to each of ``blocks``, all held already (a fork)."""
-        ref = self._ref
-        for b in blocks:
-            ref[b] += 1
-            if ref[b] == 2:
-                self._num_shared_blocks += 1
+        return self.refs.take_one()  # room was checked by the caller

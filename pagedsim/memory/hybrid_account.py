@@ -155,7 +155,7 @@ class HybridAccount:
         held = Counter(owner.values())
         assert self.group_blocks == [held[g] for g in range(len(self.groups))], (
             f"group block counts {self.group_blocks} != {[held[g] for g in held]}")
-        assert self._num_shared_blocks == sum(1 for c in counts.values() if c > 1)
+        assert self.refs.num_shared == sum(1 for c in counts.values() if c > 1)
         assert self._num_logical_blocks == sum(counts.values())
         walked = self._walk_usage()
         assert self.usage() == walked, f"fast usage {self.usage()} != {walked}"

@@ -113,16 +113,10 @@ class HybridCache:
         """Carry out a plan that fits: every hit held first (no new block may evict one),
         then new blocks, each full one named for its group as it is taken."""
         alloc, bs = self.alloc, self.block_size
-        n, ref = -(-num_tokens // bs), alloc._ref
+        n = -(-num_tokens // bs)
         for _, hits, _ in plans:
             for g, (_, blocks) in enumerate(hits):
-                for b in blocks:
-                    if not ref[b]:
-                        self.pool.touch(b)
-                        alloc.group_blocks[g] += 1
-                    elif ref[b] == 1:
-                        alloc._num_shared_blocks += 1
-                    ref[b] += 1
+                alloc.group_blocks[g] += alloc.refs.hold(blocks)  # those nobody held
         for seq_id, (k, hits, chain) in zip(seq_ids, plans, strict=True):
             tables, first = [], []
             for g, (lo, blocks) in enumerate(hits):

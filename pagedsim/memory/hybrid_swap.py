@@ -71,7 +71,7 @@ class HybridSwapping:
                 ref[b] += 1
                 self._num_logical_blocks += 1
                 if ref[b] == 2:
-                    self._num_shared_blocks += 1
+                    self.refs.num_shared += 1
             seq = self._seqs[seq_id] = HybridSeq(phys, list(first), num_tokens, final_len,
                                                  content, branch_of(seq_id))
             seq.grown_at = grown_at

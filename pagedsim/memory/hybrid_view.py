@@ -7,7 +7,7 @@ checks are :mod:`.hybrid_account`."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from ..validate import check_int
 from ..workloads.block_hashes import hashes_for
@@ -157,28 +157,3 @@ class HybridView(PoolLookups, HybridAccount):
         for table in seq.tables:
             need += total - len(table) + (n % bs != 0 and self._ref[table[-1]] > 1)
         return need <= free
-
-    # -------------------------------------------------------------- checks
-    def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
-        """Refuse ids given twice, ids in use and ids of a swapped-out group."""
-        try:
-            if len(set(seq_ids)) != len(seq_ids):
-                raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
-        except TypeError:
-            raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
-        clash = [s for s in seq_ids if s in self._seqs]
-        if clash:
-            raise ValueError(f"sequence ids {clash!r} already exist")
-        swapped = [s for s in seq_ids if s in self._swapped_ids]
-        if swapped:
-            raise ValueError(f"sequence ids {swapped!r} belong to a swapped-out group")
-
-    def _check_lengths(self, num_tokens: int, final_len: int | None) -> int:
-        """``num_tokens`` checked (an int >= 0, and <= ``final_len`` when given)."""
-        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        if final_len is not None:
-            final_len = check_int("final_len", final_len)
-            if final_len < num_tokens:
-                raise ValueError(f"final_len ({final_len}) must be >= num_tokens "
-                                 f"({num_tokens})")
-        return num_tokens

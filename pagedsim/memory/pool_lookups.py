@@ -5,13 +5,14 @@ hybrid allocator (:mod:`.hybrid_view`) both read these, over ``pool``, ``_ref``,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
+from ..validate import check_int
 from .base import SeqId
 
 
 class PoolLookups:
-    """The pool's hook and counters, and lookups of one sequence."""
+    """The pool's hook and counters, lookups of one sequence, checks of new ones."""
 
     # ------------------------------------------------------------- the pool
     @property
@@ -65,3 +66,37 @@ class PoolLookups:
     def prefix_hit_tokens(self, seq_id: SeqId) -> int:
         """Tokens of ``seq_id`` served from the prefix cache at its admission."""
         return self._get(seq_id).hit_tokens
+
+    # -------------------------------------------------------------- checks
+    def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
+        """Refuse ids given twice, ids in use, and ids of a swapped-out group (it must be
+        able to come back)."""
+        try:
+            if len(set(seq_ids)) != len(seq_ids):
+                raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        except TypeError:
+            raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
+        clash = [s for s in seq_ids if s in self]
+        if clash:
+            raise ValueError(f"{_ids(clash)} already exist{'s' * (len(clash) == 1)}")
+        swapped = [s for s in seq_ids if s in self._swapped_ids]
+        if swapped:
+            raise ValueError(f"{_ids(swapped)} belong{'s' * (len(swapped) == 1)} to a "
+                             "swapped-out group")
+
+    def _check_lengths(self, num_tokens: int, final_len: int | None) -> int:
+        """``num_tokens`` checked (an int >= 0, and <= ``final_len`` when given)."""
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+        if final_len is not None:
+            if type(final_len) is not int:
+                final_len = check_int("final_len", final_len)
+            if final_len < num_tokens:
+                raise ValueError(f"final_len ({final_len}) must be >= num_tokens "
+                                 f"({num_tokens})")
+        return num_tokens
+
+
+def _ids(seq_ids: list[SeqId]) -> str:
+    """``sequence id 'a'``, or ``sequence ids ['a', 'b']``: an error message's subject."""
+    return f"sequence id {seq_ids[0]!r}" if len(seq_ids) == 1 else f"sequence ids {seq_ids!r}"

@@ -139,8 +139,8 @@ class RadixCache:
                 tree.unlock(node)
                 node = deeper
             table = tree.path_blocks(node) if k else []
-            mgr._hold_blocks(table)
-            new = mgr._take(n - k)
+            mgr.refs.hold(table)
+            new = mgr.refs.take(n - k)
             table.extend(new)
             if kh:  # host hits into the first new blocks, before the prefill after them
                 host.load(keys[k:k + kh], new[:kh])

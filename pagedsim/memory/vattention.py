@@ -112,7 +112,7 @@ class Regions:
              final_len: int | None) -> None:
         """Map ``num_pages`` pages for each sample to be forked (room checked)."""
         for child in fork_ids:
-            self.held[child] = (mgr._take(num_pages), final_len)
+            self.held[child] = (mgr.refs.take(num_pages), final_len)
 
     def check_room(self, seq_id: SeqId, num_tokens: int) -> None:
         """Refuse a token past the end of the sequence's region."""
@@ -134,15 +134,13 @@ class Regions:
                                    f"{free + len(held)} free or held")
         if child_id in self.held:
             del self.held[child_id]  # its pages are mapped again at once, below
-            table = held[:pages] + mgr._take(max(pages - len(held), 0))
+            table = held[:pages] + mgr.refs.take(max(pages - len(held), 0))
             if len(held) > pages:
-                for p in held[pages:]:
-                    mgr._ref[p] = 0
-                mgr.pool.free_blocks(held[:pages - 1:-1])
+                mgr.refs.release(held[pages:])
         elif mgr.num_seqs >= self.max_regions:
             raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
         else:
-            table = mgr._take(pages)
+            table = mgr.refs.take(pages)
         # final_len may be stale (already passed), as the parent's
         mgr._seqs[child_id] = child = Seq(table, n, parent.final_len)
         mgr._set_room(child)
@@ -155,9 +153,7 @@ class Regions:
         if not self.holds(seq_id):
             return False
         pages, _ = self.held.pop(seq_id)
-        for p in pages:
-            mgr._ref[p] = 0
-        mgr.pool.free_blocks(pages[::-1])
+        mgr.refs.release(pages)
         return True
 
     # ---------------------------------------------------------- swapping
