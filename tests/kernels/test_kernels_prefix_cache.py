@@ -116,7 +116,7 @@ class _CachedAsFree(PrefixCachingAllocator):
 
     @property
     def num_free_slots(self) -> int:
-        return len(self._free) * self.block_size
+        return len(self.pool.free) * self.block_size
 
 
 class _CachedAsToken(PrefixCachingAllocator):
