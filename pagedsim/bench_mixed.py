@@ -16,8 +16,11 @@ validation, accounting counters) costs nothing on these paths.
 
 from __future__ import annotations
 
+import gc
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .memory.paged import PagedAllocator
 
@@ -26,9 +29,14 @@ Op = tuple[int, int, int]
 
 
 def mixed_stream(num_ops: int = 200_000, num_blocks: int = 8192, block_size: int = 16,
-                 seed: int = 0) -> list[Op]:
+                 seed: int = 0, free_rate: float = 0.0033) -> list[Op]:
     """The operations (see the module docstring); a stream any allocator of
-    ``num_blocks`` blocks of ``block_size`` slots can replay without running out."""
+    ``num_blocks`` blocks of ``block_size`` slots can replay without running out.
+    ``free_rate``: the chance that an operation frees a live sequence. Once the pool is
+    full, admissions follow frees, so it sets the turnover: how many tokens a sequence
+    decodes between its allocate and its free (``scripts/nanovllm_speed.py`` prints it)."""
+    if not 0.0 < free_rate < 0.5:
+        raise ValueError(f"free_rate must be in (0, 0.5), got {free_rate!r}")
     rng = random.Random(seed)
     live: list[int] = []
     lens: dict[int, int] = {}
@@ -46,7 +54,7 @@ def mixed_stream(num_ops: int = 200_000, num_blocks: int = 8192, block_size: int
             lens[next_id] = prompt
             used += need
             next_id += 1
-        elif live and (r > 0.9967 or used + margin > num_blocks):
+        elif live and (r > 1.0 - free_rate or used + margin > num_blocks):
             s = live.pop(rng.randrange(len(live)))
             ops.append((2, s, 0))
             used -= -(-lens.pop(s) // block_size)
@@ -89,18 +97,34 @@ class LeanAllocator:
         del self.lens[seq_id]
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Garbage collection off inside (as ``timeit`` times), on again after if it was:
+    a collection that happens to fall in one replay and not another is not the
+    allocator's cost."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def replay(alloc, ops: list[Op]) -> float:
-    """Seconds ``alloc`` takes to replay ``ops`` (``allocate``, ``append_slot``, ``free``)."""
+    """Seconds ``alloc`` takes to replay ``ops`` (``allocate``, ``append_slot``, ``free``),
+    garbage collection paused."""
     allocate, append, free = alloc.allocate, alloc.append_slot, alloc.free
-    t0 = time.perf_counter()
-    for op, s, n in ops:
-        if op == 1:
-            append(s)
-        elif op == 0:
-            allocate(s, n)
-        else:
-            free(s)
-    return time.perf_counter() - t0
+    with gc_paused():
+        t0 = time.perf_counter()
+        for op, s, n in ops:
+            if op == 1:
+                append(s)
+            elif op == 0:
+                allocate(s, n)
+            else:
+                free(s)
+        return time.perf_counter() - t0
 
 
 def bench_mixed(num_ops: int = 200_000, repeats: int = 3) -> dict[str, float]:

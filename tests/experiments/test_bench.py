@@ -40,3 +40,27 @@ def test_mixed_stream_is_one_stream_every_allocator_can_replay():
     replay(paged, ops)
     paged.check_invariants()
     assert {s: paged.block_table(s) for s in paged.seq_ids()} == lean.tables
+
+
+def test_mixed_stream_free_rate_sets_the_turnover():
+    """A higher chance of a free gives more frees and admissions (fewer appends a
+    sequence), still a stream the pool replays; the rate is checked, and replay leaves
+    garbage collection as it found it."""
+    import gc
+
+    from pagedsim.bench_mixed import mixed_stream, replay
+    from pagedsim.memory import PagedAllocator
+
+    def allocates(ops):
+        return sum(op == 0 for op, _, _ in ops)
+
+    slow, fast = mixed_stream(20_000), mixed_stream(20_000, free_rate=0.02)
+    assert allocates(fast) > 2 * allocates(slow)
+    paged = PagedAllocator(8192, 16)
+    assert gc.isenabled()
+    replay(paged, fast)
+    assert gc.isenabled()
+    paged.check_invariants()
+    for bad in (0.0, 0.5, -1.0):
+        with pytest.raises(ValueError, match="free_rate must be in"):
+            mixed_stream(100, free_rate=bad)
