@@ -54,3 +54,7 @@ def test_the_speed_script_refuses_a_folder_without_nanovllm(tmp_path: Path) -> N
         module.main([str(tmp_path), "--ops", "1000"])
     with pytest.raises(SystemExit):  # argparse: one line and exit 2
         module.main([str(tmp_path), "--ops", "5"])
+    for rates in ("0.6", "0.01,x", "0"):  # refused before nano-vllm is looked for
+        with pytest.raises(SystemExit) as refused:
+            module.main([str(tmp_path), "--free-rates", rates])
+        assert refused.value.code == 2
