@@ -196,10 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=16, help="tokens per block (16)")
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     args = p.parse_args(argv)
-    for flag, value in (("--requests", args.requests), ("--concurrency", args.concurrency),
-                        ("--block-size", args.block_size)):
-        if value < 1:
-            p.error(f"argument {flag}: must be >= 1, got {value}")
+    # Upper bounds keep one run's token ids and per-step counts in memory and its time
+    # in minutes.
+    for flag, value, most in (("--requests", args.requests, 100_000),
+                              ("--concurrency", args.concurrency, 4096),
+                              ("--block-size", args.block_size, 4096)):
+        if not 1 <= value <= most:
+            p.error(f"argument {flag}: must be in [1, {most}], got {value}")
     used = run(args.checkout, args.requests, args.concurrency, args.block_size, args.seed)
     print(report(used, args.requests, args.concurrency, args.block_size))
     return 0

@@ -92,9 +92,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated chances that an operation frees a sequence, "
                              "one stream each (0.0033: the benchmark's stream)")
     args = parser.parse_args(argv)
-    if args.ops < 1000 or args.repeats < 1:
-        parser.error(f"--ops must be >= 1000 and --repeats >= 1, got {args.ops} and "
-                     f"{args.repeats}")
+    # Bounds keep the streams in memory (about 100 bytes an operation) and the run short.
+    if not 1000 <= args.ops <= 5_000_000:
+        parser.error(f"--ops must be in [1000, 5000000], got {args.ops}")
+    if not 1 <= args.repeats <= 100:
+        parser.error(f"--repeats must be in [1, 100], got {args.repeats}")
     try:
         rates = [float(r) for r in args.free_rates.split(",")]
     except ValueError:
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [r for r in rates if not 0.0 < r < 0.5]
     if bad:
         parser.error(f"--free-rates must each be in (0, 0.5), got {bad[0]!r}")
+    if len(rates) > 20:
+        parser.error(f"--free-rates takes at most 20 rates, got {len(rates)}")
     BlockManager, Sequence = _loader()(args.checkout)
     xxhash = "xxhash" if "xxhash" in sys.modules and hasattr(sys.modules["xxhash"],
                                                               "VERSION") else "a stand-in"

@@ -37,6 +37,15 @@ def test_the_xxhash_stand_in_chains_like_xxh64(script: ModuleType) -> None:
     assert 0 <= a.intdigest() < 2**64
 
 
+@pytest.mark.parametrize("args", [["--requests", "0"], ["--requests", "100001"],
+                                  ["--concurrency", "5000"], ["--block-size", "0"]])
+def test_out_of_range_sizes_are_refused_before_a_run(script: ModuleType, tmp_path: Path,
+                                                     args: list[str]) -> None:
+    with pytest.raises(SystemExit) as refused:  # argparse: one line and exit 2
+        script.main([str(tmp_path), *args])
+    assert refused.value.code == 2
+
+
 def test_report_counts_the_steps_where_ours_uses_more(script: ModuleType) -> None:
     used = {"nano-vllm": [4, 6, 5], "prefix-cache": [4, 7, 3], "paged": [5, 8, 6]}
     text = script.report(used, 10, 2, 16)
@@ -54,7 +63,10 @@ def test_the_speed_script_refuses_a_folder_without_nanovllm(tmp_path: Path) -> N
         module.main([str(tmp_path), "--ops", "1000"])
     with pytest.raises(SystemExit):  # argparse: one line and exit 2
         module.main([str(tmp_path), "--ops", "5"])
-    for rates in ("0.6", "0.01,x", "0"):  # refused before nano-vllm is looked for
+    bad = [["--free-rates", "0.6"], ["--free-rates", "0.01,x"], ["--free-rates", "0"],
+           ["--free-rates", ",".join(["0.01"] * 21)], ["--ops", "10000000"],
+           ["--repeats", "0"], ["--repeats", "1000"]]
+    for args in bad:  # refused before nano-vllm is looked for, or any stream is drawn
         with pytest.raises(SystemExit) as refused:
-            module.main([str(tmp_path), "--free-rates", rates])
-        assert refused.value.code == 2
+            module.main([str(tmp_path), *args])
+        assert refused.value.code == 2, args
