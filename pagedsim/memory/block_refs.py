@@ -48,6 +48,25 @@ class BlockRefs:
         self.counts[b] = 1
         return b
 
+    def take_for(self, n: int, tables: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+        """``n`` blocks from the pool (the caller checked room) for ``tables`` of indices
+        into them, -1 for no block (the hybrid manager's ``NULL_BLOCK``): a swapped-out
+        group coming back, its sharing with it, each block one holder per entry naming
+        it. Returns the blocks and the tables of their ids (-1 kept)."""
+        blocks = self.pool.get_new_blocks(n)
+        counts, shared, out = self.counts, 0, []
+        for table in tables:
+            ids = [blocks[i] if i >= 0 else -1 for i in table]
+            for b in ids:
+                if b >= 0:
+                    r = counts[b] + 1
+                    counts[b] = r
+                    if r == 2:
+                        shared += 1
+            out.append(ids)
+        self.num_shared += shared
+        return blocks, out
+
     def hold(self, blocks: list[int]) -> int:
         """One more holder of each of ``blocks`` (hits, a sibling's, a parent's); those
         nobody held leave the pool's free structure (``touch``). Returns how many did."""

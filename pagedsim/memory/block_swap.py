@@ -77,17 +77,11 @@ class Swapping:
         free = self.pool.get_num_free_blocks()
         if n > free:
             raise OutOfMemoryError(f"swap-in needs {n} blocks, {free} free")
-        new_blocks = self.pool.get_new_blocks(n)
-        ref = self._ref
+        new_blocks, tables = self.refs.take_for(n, group.state["tables"])
         named = group.state.get("content", {})
-        for seq_id, table, (num_tokens, final_len) in zip(
-            group.seq_ids, group.state["tables"], group.state["meta"], strict=True
+        for seq_id, phys, (num_tokens, final_len) in zip(
+            group.seq_ids, tables, group.state["meta"], strict=True
         ):
-            phys = [new_blocks[i] for i in table]
-            for b in phys:
-                ref[b] += 1
-                if ref[b] == 2:
-                    self.refs.num_shared += 1
             content, hashes = named.get(seq_id, (None, []))
             seq = Seq(phys, num_tokens, final_len, content, branch_of(seq_id))
             self._seqs[seq_id] = seq

@@ -59,19 +59,17 @@ class HybridSwapping:
         n, free = group.state["num_blocks"], self.pool.get_num_free_blocks()
         if n > free:
             raise OutOfMemoryError(f"swap-in needs {n} blocks, {free} free")
-        new = self.pool.get_new_blocks(n)
-        ref = self._ref
+        num_groups = len(self.groups)
+        # Every group's table of every sequence, in one list (the group's sharing comes back).
+        new, flat = self.refs.take_for(n, [t for tables in group.state["tables"]
+                                           for t in tables])
         for g in group.state["groups"]:
             self.group_blocks[g] += 1
-        for seq_id, tables, meta in zip(group.seq_ids, group.state["tables"],
-                                        group.state["meta"], strict=True):
+        for j, (seq_id, meta) in enumerate(zip(group.seq_ids, group.state["meta"],
+                                               strict=True)):
             num_tokens, final_len, first, grown_at, content, hashes = meta
-            phys = [[NULL_BLOCK if i < 0 else new[i] for i in t] for t in tables]
-            for b in (b for t in phys for b in t if b >= 0):  # the group's sharing comes back
-                ref[b] += 1
-                self._num_logical_blocks += 1
-                if ref[b] == 2:
-                    self.refs.num_shared += 1
+            phys = flat[j * num_groups:(j + 1) * num_groups]
+            self._num_logical_blocks += sum(b != NULL_BLOCK for t in phys for b in t)
             seq = self._seqs[seq_id] = HybridSeq(phys, list(first), num_tokens, final_len,
                                                  content, branch_of(seq_id))
             seq.grown_at = grown_at
