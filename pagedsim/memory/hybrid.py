@@ -217,22 +217,16 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         except (KeyError, TypeError):
             raise ValueError(f"unknown sequence id {seq_id!r} (never allocated, or "
                              "already freed)") from None
-        ref, back = self._ref, []
         tables = seq.tables
-        for i in range(len(tables[0]) - 1, -1, -1):
-            for g, table in enumerate(tables):
-                b = table[i]
-                if b == NULL_BLOCK:
-                    continue
-                r = ref[b] - 1
-                ref[b] = r
-                self._num_logical_blocks -= 1
-                if r == 0:
-                    back.append(b)
-                    self.group_blocks[g] -= 1
-                elif r == 1:
-                    self.refs.num_shared -= 1
-        self.pool.free_blocks(back)
+        # Token order with the groups reversed, which release walks backwards: the last
+        # token's blocks first, group 0's first among them.
+        held = [t[i] for i in range(len(tables[0])) for t in reversed(tables)
+                if t[i] != NULL_BLOCK]
+        self._num_logical_blocks -= len(held)
+        self.refs.release(held)
+        ref = self._ref
+        for g, table in enumerate(tables):  # a block is one group's: back if nobody holds it
+            self.group_blocks[g] -= sum(1 for b in table if b != NULL_BLOCK and not ref[b])
 
     # ---------------------------------------------------------------- helpers
     def _drop_behind(self, seq: HybridSeq, n: int) -> None:
