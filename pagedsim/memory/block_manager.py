@@ -101,27 +101,20 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             cache.admit(self, seq_ids, num_tokens, final_len, content, plans)
             return True
         for seq_id in seq_ids:
-            seq = self._seqs[seq_id] = Seq(self.refs.take(n), num_tokens, final_len)
-            if num_tokens % bs:
-                self._set_room(seq)
-        self._num_logical_blocks += n * len(seq_ids)
+            self._add_seq(seq_id, Seq(self.refs.take(n), num_tokens, final_len))
         if fork_ids and regions is not None:
             regions.hold(self, fork_ids, n, final_len)
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
                  content: object = None) -> None:
-        """Blocks for one new sequence; ``OutOfMemoryError`` and nothing changed when they
-        do not fit."""
-        if seq_id in self:
-            raise ValueError(f"sequence id {seq_id!r} already exists")
-        if self.regions is not None:
-            self._check_lengths(num_tokens, final_len)
-            self.regions.require_one(self, num_tokens)
+        """Blocks for one new sequence (``allocate_group`` checks it); ``OutOfMemoryError``
+        saying why, and nothing changed, when they do not fit."""
         if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
-            raise OutOfMemoryError(
-                f"sequence {seq_id!r} needs {self.blocks_needed(num_tokens)} blocks for "
-                f"{num_tokens} tokens, {self.pool.describe_free()}")
+            why = self.regions.refusal(self) if self.regions is not None else None
+            raise OutOfMemoryError(why or f"sequence {seq_id!r} needs "
+                                   f"{self.blocks_needed(num_tokens)} blocks for "
+                                   f"{num_tokens} tokens, {self.pool.describe_free()}")
 
     # --------------------------------------------------------------- growing
     def append_slot(self, seq_id: SeqId) -> AppendResult:
@@ -184,10 +177,9 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             return self.regions.fork(self, parent_id, parent, child_id)
         self.refs.hold(parent.table)
         parent.end_slot = 0  # its last block is shared now: the next append may copy it
-        child = self._seqs[child_id] = Seq(list(parent.table), parent.num_tokens,
-                                           parent.final_len, parent.content,
-                                           branch_of(child_id), list(parent.hashes))
-        self._num_logical_blocks += len(parent.table)
+        child = self._add_seq(child_id, Seq(list(parent.table), parent.num_tokens,
+                                            parent.final_len, parent.content,
+                                            branch_of(child_id), list(parent.hashes)))
         if self.cache is not None:
             self.cache.forked(self, parent, child)
         return []
@@ -212,6 +204,16 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             cache.freed(self, seq)
 
     # ---------------------------------------------------------------- helpers
+    def _add_seq(self, seq_id: SeqId, seq: Seq) -> Seq:
+        """Record a new sequence whose blocks it holds already (an admission's, a fork's,
+        a swap-in's): the one way a policy adds one, so that the logical-block count and
+        the fast path's room stay the manager's to keep."""
+        self._seqs[seq_id] = seq
+        self._num_logical_blocks += len(seq.table)
+        if seq.num_tokens % self.block_size:
+            self._set_room(seq)
+        return seq
+
     def _set_room(self, seq: Seq) -> None:
         """Set ``seq.next_slot`` and ``seq.end_slot`` for the fast path of ``append_slot``."""
         bs = self.block_size

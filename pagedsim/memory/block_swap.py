@@ -83,13 +83,11 @@ class Swapping:
             group.seq_ids, tables, group.state["meta"], strict=True
         ):
             content, hashes = named.get(seq_id, (None, []))
-            seq = Seq(phys, num_tokens, final_len, content, branch_of(seq_id))
-            self._seqs[seq_id] = seq
-            self._num_logical_blocks += len(phys)
+            # Every count is final (take_for), so each one's room is right at once.
+            seq = self._add_seq(seq_id, Seq(phys, num_tokens, final_len, content,
+                                            branch_of(seq_id)))
             if content is not None:
                 self.cache.swapped_in(self, seq, hashes)
-        for seq_id in group.seq_ids:
-            self._set_room(self._seqs[seq_id])
         group.swapped_in = True
         self._swapped_ids.difference_update(group.seq_ids)
         bs = self.block_size

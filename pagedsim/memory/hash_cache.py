@@ -138,14 +138,11 @@ class HashCache:
             new = mgr.refs.take(n - k, chain[k:])  # named as they are taken
             table = hit + new
             seq_id = seq_ids[0]
-            seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
-                                          seq_id if type(seq_id) is int else
-                                          branch_of(seq_id), list(chain), (k + kh) * bs)
+            seq = mgr._add_seq(seq_id, Seq(table, num_tokens, final_len, content,
+                                           seq_id if type(seq_id) is int else
+                                           branch_of(seq_id), list(chain), (k + kh) * bs))
             if host is not None:
                 self._host_admit(seq, chain, k, kh, new)
-            if num_tokens % bs:
-                mgr._set_room(seq)
-            mgr._num_logical_blocks += n
             return
         for hit, _, _, _, _ in plans:  # hits leave the queue first: no new block evicts one
             mgr.refs.hold(hit)
@@ -162,10 +159,8 @@ class HashCache:
                 table.append(b)
             new = mgr.refs.take(n - k)
             table += new
-            seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content,
-                                          branch_of(seq_id), list(chain), (k + kh) * bs)
-            if num_tokens % bs:
-                mgr._set_room(seq)
+            seq = mgr._add_seq(seq_id, Seq(table, num_tokens, final_len, content,
+                                           branch_of(seq_id), list(chain), (k + kh) * bs))
             for j in range(k, len(chain)):  # name the full blocks this sequence fills
                 b, h = table[j], chain[j]  # (BlockPool.cache_block, inlined: the hot path)
                 names[b] = h
@@ -176,7 +171,6 @@ class HashCache:
                 self._host_admit(seq, chain, k, kh, new)
             if len(seq_ids) > 1:
                 siblings.update(zip(chain, table[:len(chain)], strict=True))
-        mgr._num_logical_blocks += n * len(seq_ids)
 
     def _host_admit(self, seq: Seq, chain: list[int], k: int, kh: int,
                     new: list[int]) -> None:

@@ -108,10 +108,8 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
                  content: object = None) -> None:
-        """Blocks for one new sequence; ``OutOfMemoryError`` and nothing changed when they
-        do not fit."""
-        if seq_id in self:
-            raise ValueError(f"sequence id {seq_id!r} already exists")
+        """Blocks for one new sequence (``allocate_group`` checks it); ``OutOfMemoryError``
+        and nothing changed when they do not fit."""
         if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
             raise OutOfMemoryError(
                 f"sequence {seq_id!r} needs {self.blocks_needed(num_tokens)} blocks for "

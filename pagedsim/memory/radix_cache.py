@@ -156,13 +156,10 @@ class RadixCache:
                 tree.lock(leaf)
                 tree.unlock(node)
                 node = leaf
-            seq = mgr._seqs[seq_id] = Seq(table, num_tokens, final_len, content, branch,
-                                          list(keys[:full]), (k + kh) * bs)
+            seq = mgr._add_seq(seq_id, Seq(table, num_tokens, final_len, content, branch,
+                                           list(keys[:full]), (k + kh) * bs))
             seq.host_hit_tokens = kh * bs
             seq.node = node
-            if num_tokens % bs:
-                mgr._set_room(seq)
-        mgr._num_logical_blocks += n * len(seq_ids)
 
     # --------------------------------------------------------------- growing
     def filled(self, mgr, seq: Seq, index: int, h: object = None,

@@ -96,11 +96,11 @@ class Regions:
             raise ValueError(f"num_tokens ({num_tokens}) exceeds the virtual region of "
                              f"max_model_len ({self.max_model_len}) tokens")
 
-    def require_one(self, mgr: BlockManager, num_tokens: int) -> None:
-        """A lone allocation's checks: it fits a region, and a region is free."""
-        self.check_fits(check_int("num_tokens", num_tokens, minimum=0))
-        if mgr.num_seqs >= self.max_regions:  # bad input is reported before a full pool
-            raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
+    def refusal(self, mgr: BlockManager) -> str | None:
+        """Why a lone allocation was refused, when no region was free for it."""
+        if mgr.num_seqs >= self.max_regions:
+            return f"all {self.max_regions} virtual regions are in use"
+        return None
 
     def admits(self, mgr: BlockManager, seq_ids: Sequence[SeqId],
                fork_ids: Sequence[SeqId], num_tokens: int) -> bool:
@@ -142,9 +142,7 @@ class Regions:
         else:
             table = mgr.refs.take(pages)
         # final_len may be stale (already passed), as the parent's
-        mgr._seqs[child_id] = child = Seq(table, n, parent.final_len)
-        mgr._set_room(child)
-        mgr._num_logical_blocks += pages
+        mgr._add_seq(child_id, Seq(table, n, parent.final_len))
         return [KVCopy(src * pt, dst * pt, min(pt, n - i * pt))
                 for i, (src, dst) in enumerate(zip(parent.table, table, strict=True))]
 

@@ -103,3 +103,17 @@ def test_a_deep_copy_is_independent_of_its_original(scheme):
     b.allocate_group([2], 30, 40)
     assert a.snapshot() == before
     a.check_invariants()
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_allocate_refuses_an_unhashable_or_taken_id_and_changes_nothing(scheme):
+    """One clear ValueError naming the id, before any block moves, for every scheme."""
+    a = make_allocator(scheme, 64 * 16, block_size=16, max_model_len=512, model="opt-13b")
+    a.allocate(1, 20, 40)
+    before = a.snapshot()
+    with pytest.raises(ValueError, match=r"sequence id 1 already exists"):
+        a.allocate(1, 5, 40)
+    with pytest.raises(ValueError, match="hashable"):
+        a.allocate(["not", "hashable"], 5, 40)
+    assert a.snapshot() == before
+    a.check_invariants()
