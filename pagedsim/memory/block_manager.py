@@ -1,9 +1,10 @@
 """The block-table manager: PagedAttention's bookkeeping, written once for every scheme.
 
 A sequence owns a *block table*: its i-th token lives in slot ``table[i // block_size] *
-block_size + i % block_size``. Blocks carry *reference counts*; ``fork`` gives a child its
-parent's blocks (counts + 1, nothing copied) and a sequence that writes into a block
-others still hold first gets its own copy of that one block (*copy-on-write*).
+block_size + i % block_size``. Blocks carry *reference counts* (``refs``, a
+:class:`~.block_refs.BlockRefs`); ``fork`` gives a child its parent's blocks (counts + 1,
+nothing copied) and a sequence that writes into a block others still hold first gets its
+own copy of that one block (*copy-on-write*).
 
 What differs between schemes is composed in, never overridden (as vLLM v1's
 ``KVCacheManager`` composes a ``BlockPool``, and SGLang's scheduler a ``RadixCache``):
