@@ -1,7 +1,8 @@
 """BlockRefs, the reference counts every block manager composes, against a model: a
-``Counter`` of holders per block. Random takes, holds, copy-on-write drops, releases and
-swap-in takes over a free list and over vLLM v1's free queue; after each step the counts,
-the shared-block counter and the pool's free blocks must be the model's."""
+``Counter`` of holders per block. Random takes, holds (a free queue's unheld blocks hit
+too), copy-on-write drops, releases and swap-in takes over a free list and over vLLM v1's
+free queue; after each step the counts, the shared-block counter and the pool's free
+blocks must be the model's."""
 
 from __future__ import annotations
 
@@ -58,6 +59,21 @@ class RefsMachine(RuleBasedStateMachine):
         table = data.draw(st.sampled_from(self.tables))
         assert self.refs.hold(list(table)) == 0  # every one held already
         self.tables.append(list(table))
+
+    @precondition(lambda self: isinstance(self.refs.pool, BlockPool) and self._free())
+    @rule(data=st.data(), known=st.booleans())
+    def hit(self, data, known: bool) -> None:
+        """A prefix hit on blocks nobody holds (vLLM v1's pool: they sit in the free
+        queue): held again, out of the queue; ``hold_cached`` when the caller knows."""
+        free = list(self.refs.pool.free)
+        blocks = data.draw(st.lists(st.sampled_from(free), min_size=1, max_size=3,
+                                    unique=True))
+        if known:
+            self.refs.hold_cached(blocks)
+        else:
+            assert self.refs.hold(blocks) == len(blocks)
+        assert not set(blocks) & set(self.refs.pool.free)
+        self.tables.append(blocks)
 
     @precondition(lambda self: any(self._model()[t[-1]] > 1 for t in self.tables if t))
     @rule(data=st.data())
