@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import OutOfMemoryError
-from ..workloads.block_hashes import BlockHashes, branch_of, hashes_for
+from ..workloads.block_hashes import BlockHashes, branch_of
 from . import block_batch, block_queries, block_swap, block_view
 from .base import AppendResult, KVCopy, SeqId
 from .block_refs import BlockRefs
@@ -76,15 +76,14 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         changed, when they do not fit."""
         regions = self.regions
         if (len(seq_ids) != 1 or fork_ids or regions is not None  # the common case, no call:
-                or type(seq_ids[0]) is not int or seq_ids[0] in self._seqs  # a new int id
-                or seq_ids[0] in self._swapped_ids):
-            self._check_new_ids([*seq_ids, *fork_ids])
-        if (type(num_tokens) is not int or num_tokens < 0 or final_len is not None
-                and (type(final_len) is not int or final_len < num_tokens)):
-            num_tokens = self._check_lengths(num_tokens, final_len)  # raises or converts
-        if content is not None and (type(content) is not BlockHashes  # (hot: no call)
-                                    or content.block_size != self.prefix_block_size):
-            content = hashes_for(content, self.prefix_block_size)  # a request: hashed now
+                or type(seq_ids[0]) is not int or seq_ids[0] in self._seqs  # a new int id,
+                or seq_ids[0] in self._swapped_ids or type(num_tokens) is not int  # lengths
+                or num_tokens < 0 or final_len is not None  # in order, hashes for this pool
+                and (type(final_len) is not int or final_len < num_tokens)
+                or content is not None and (type(content) is not BlockHashes
+                                            or content.block_size != self.prefix_block_size)):
+            num_tokens, content = self._checked_admission(seq_ids, fork_ids, num_tokens,
+                                                          final_len, content)
         if regions is not None and not regions.admits(self, seq_ids, fork_ids, num_tokens):
             return False
         bs, cache = self.block_size, self.cache

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import OutOfMemoryError
-from ..workloads.block_hashes import branch_of, hashes_for
+from ..workloads.block_hashes import branch_of
 from . import hybrid_swap, hybrid_view
 from .base import AppendResult, KVCopy, SeqId
 from .block_pool import BlockPool
@@ -85,10 +85,8 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         ``seq_ids`` (cached prefixes from the cache, with ``content``), keeping
         ``watermark`` of the pool free; forks share, so ``fork_ids`` hold nothing. False,
         and nothing changed, when they do not fit."""
-        self._check_new_ids([*seq_ids, *fork_ids])
-        num_tokens = self._check_lengths(num_tokens, final_len)
-        if content is not None:  # a request is hashed now; anything else is refused
-            content = hashes_for(content, self.prefix_block_size)
+        num_tokens, content = self._checked_admission(seq_ids, fork_ids, num_tokens,
+                                                      final_len, content)
         n, num_groups = -(-num_tokens // self.block_size), len(self.groups)
         if self.cache is not None and content is not None:
             plans, need = self.cache.plan(seq_ids, num_tokens, content)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from ..validate import check_int
+from ..workloads.block_hashes import BlockHashes, hashes_for
 from .base import SeqId
 
 
@@ -83,6 +84,18 @@ class PoolLookups:
         if swapped:
             raise ValueError(f"{_ids(swapped)} belong{'s' * (len(swapped) == 1)} to a "
                              "swapped-out group")
+
+    def _checked_admission(self, seq_ids: Sequence[SeqId], fork_ids: Sequence[SeqId],
+                           num_tokens: int, final_len: int | None,
+                           content: object) -> tuple[int, BlockHashes | None]:
+        """``allocate_group``'s arguments checked: the ids new, the lengths in order, and
+        ``content`` (a request, or its hashes) as the hashes this pool's cache names
+        blocks by. Returns ``num_tokens`` and ``content`` as checked."""
+        self._check_new_ids([*seq_ids, *fork_ids])
+        num_tokens = self._check_lengths(num_tokens, final_len)
+        if content is not None:  # a request is hashed now; anything else is refused
+            content = hashes_for(content, self.prefix_block_size)
+        return num_tokens, content
 
     def _check_lengths(self, num_tokens: int, final_len: int | None) -> int:
         """``num_tokens`` checked (an int >= 0, and <= ``final_len`` when given)."""
