@@ -23,6 +23,19 @@ if TYPE_CHECKING:  # the workload module does not import allocators
 SeqId = Hashable
 
 
+def distinct_ids(seq_ids: Iterable[SeqId]) -> tuple[SeqId, ...]:
+    """``seq_ids`` as a tuple; ``ValueError`` naming them when one repeats or cannot be
+    hashed (an id is a dict key in every allocator), so that no caller meets a bare
+    ``TypeError`` halfway through a change."""
+    seq_ids = tuple(seq_ids)
+    try:
+        if len(set(seq_ids)) != len(seq_ids):
+            raise ValueError(f"duplicate sequence ids in {seq_ids!r}")
+    except TypeError:
+        raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
+    return seq_ids
+
+
 class KVCopy(NamedTuple):
     """Copy the K/V of ``num_slots`` consecutive slots from ``src_slot`` to ``dst_slot``."""
 

@@ -169,10 +169,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
         """``child_id`` shares every block of ``parent_id``; nothing is copied now
         (vAttention's regions copy instead: :meth:`~.vattention.Regions.fork`)."""
         parent = self._get(parent_id)
-        if child_id in self._seqs:
-            raise ValueError(f"sequence id {child_id!r} already exists")
-        if child_id in self._swapped_ids:
-            raise ValueError(f"sequence id {child_id!r} belongs to a swapped-out group")
+        self._check_new_ids([child_id], forking=True)
         if self.regions is not None:
             return self.regions.fork(self, parent_id, parent, child_id)
         self.refs.hold(parent.table)

@@ -55,8 +55,11 @@ class Queries(PoolLookups):
         return len(self._seqs) + held
 
     def __contains__(self, seq_id: object) -> bool:
-        if seq_id in self._seqs:
-            return True
+        try:
+            if seq_id in self._seqs:
+                return True
+        except TypeError:  # unhashable: no sequence has it
+            return False
         return self.regions is not None and self.regions.holds(seq_id)
 
     def _pop_seq(self, seq_id: SeqId):

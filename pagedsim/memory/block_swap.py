@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from ..errors import OutOfMemoryError
 from ..workloads.block_hashes import branch_of
-from .base import KVCopy, SeqId, SwappedGroup
+from .base import KVCopy, SeqId, SwappedGroup, distinct_ids
 from .block_seq import Seq
 
 
@@ -29,9 +29,7 @@ class Swapping:
     def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
         """Move ``seq_ids`` to a CPU buffer, keeping their sharing; their GPU blocks are
         released (a caching pool keeps the full ones cached)."""
-        seq_ids = tuple(seq_ids)
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {seq_ids!r}")
+        seq_ids = distinct_ids(seq_ids)
         if self.regions is not None:
             self.regions.check_running(seq_ids)
         seqs = [self._get(s) for s in seq_ids]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from ..errors import OutOfMemoryError
 from ..validate import check_choice, check_int
 from ..workloads.block_hashes import is_request
-from .base import AppendResult, KVCopy, SeqId
+from .base import AppendResult, KVCopy, SeqId, distinct_ids
 from .contiguous_swap import ContiguousSwapping
 from .contiguous_view import ContiguousView
 from .placement import Arena, BuddyArena
@@ -94,7 +94,10 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
         return len(self._regions)
 
     def __contains__(self, seq_id: object) -> bool:
-        return seq_id in self._regions
+        try:
+            return seq_id in self._regions
+        except TypeError:  # unhashable: no sequence has it
+            return False
 
     def seq_ids(self) -> Iterator[SeqId]:
         return iter(self._regions)
@@ -114,12 +117,7 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
 
     def _check_new(self, seq_ids: Sequence[SeqId]) -> None:
         """Refuse ids given twice, in use, or of a swapped-out group."""
-        try:
-            if len(set(seq_ids)) != len(seq_ids):
-                raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
-        except TypeError:
-            raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
-        for s in seq_ids:
+        for s in distinct_ids(seq_ids):
             if s in self._regions:
                 raise ValueError(f"sequence id {s!r} already exists")
             if s in self._swapped:
@@ -267,6 +265,7 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
         """The child gets a region of its own and a copy of the parent's tokens. Checked
         first: a failed fork changes nothing (the room held for the child included)."""
         p = self._running(parent_id)
+        distinct_ids([child_id])  # (refuses an unhashable one before the lookups below)
         if child_id in self._held:  # its room was held since admission: give it back
             trial = copy.deepcopy(self._arena)  # and place the child anew, if it fits
             trial.free(self._regions[child_id].start)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import OutOfMemoryError
-from .base import KVCopy, SeqId, SwappedGroup
+from .base import KVCopy, SeqId, SwappedGroup, distinct_ids
 from .region import Region
 
 
@@ -16,9 +16,7 @@ class ContiguousSwapping:
 
     def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
         """Copy each sequence's tokens to a CPU buffer and release its region."""
-        seq_ids = tuple(seq_ids)
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {seq_ids!r}")
+        seq_ids = distinct_ids(seq_ids)
         regions = [self._running(s) for s in seq_ids]
         out, meta, offset = [], [], 0
         for r in regions:

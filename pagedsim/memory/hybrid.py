@@ -193,7 +193,7 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
         """``child_id`` shares every block ``parent_id`` holds, in every group (nothing
         copied now; the first append of either copies the partial last blocks)."""
         parent = self._get(parent_id)
-        self._check_new_ids([child_id])
+        self._check_new_ids([child_id], forking=True)
         tables = [list(t) for t in parent.tables]
         self.refs.hold([b for t in tables for b in t if b != NULL_BLOCK])
         child = self._seqs[child_id] = HybridSeq(

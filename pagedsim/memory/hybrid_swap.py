@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from ..errors import OutOfMemoryError
 from ..workloads.block_hashes import branch_of
-from .base import KVCopy, SeqId, SwappedGroup
+from .base import KVCopy, SeqId, SwappedGroup, distinct_ids
 from .hybrid_groups import NULL_BLOCK, HybridSeq
 
 
@@ -28,9 +28,7 @@ class HybridSwapping:
     def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
         """Move ``seq_ids`` to a CPU buffer (each distinct block once, null entries kept)
         and release their GPU blocks."""
-        seq_ids = tuple(seq_ids)
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {seq_ids!r}")
+        seq_ids = distinct_ids(seq_ids)
         seqs = [self._get(s) for s in seq_ids]
         bs, local = self.block_size, {}  # GPU block -> (its index in the buffer, group)
         tables = [[[NULL_BLOCK if b < 0 else local.setdefault(b, (len(local), g))[0]

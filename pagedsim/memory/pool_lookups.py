@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 
 from ..validate import check_int
 from ..workloads.block_hashes import BlockHashes, hashes_for
-from .base import SeqId
+from .base import SeqId, distinct_ids
 
 
 class PoolLookups:
@@ -69,15 +69,12 @@ class PoolLookups:
         return self._get(seq_id).hit_tokens
 
     # -------------------------------------------------------------- checks
-    def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
-        """Refuse ids given twice, ids in use, and ids of a swapped-out group (it must be
-        able to come back)."""
-        try:
-            if len(set(seq_ids)) != len(seq_ids):
-                raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
-        except TypeError:
-            raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
-        clash = [s for s in seq_ids if s in self]
+    def _check_new_ids(self, seq_ids: Sequence[SeqId], forking: bool = False) -> None:
+        """Refuse ids given twice, ids in use (``forking``: by a running sequence, since
+        vAttention holds a sample's pages under the id it is forked to), and ids of a
+        swapped-out group (it must be able to come back)."""
+        seq_ids = distinct_ids(seq_ids)
+        clash = [s for s in seq_ids if (s in self._seqs if forking else s in self)]
         if clash:
             raise ValueError(f"{_ids(clash)} already exist{'s' * (len(clash) == 1)}")
         swapped = [s for s in seq_ids if s in self._swapped_ids]

@@ -106,8 +106,10 @@ def test_a_deep_copy_is_independent_of_its_original(scheme):
 
 
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
-def test_allocate_refuses_an_unhashable_or_taken_id_and_changes_nothing(scheme):
-    """One clear ValueError naming the id, before any block moves, for every scheme."""
+def test_an_unhashable_or_taken_id_is_refused_and_changes_nothing(scheme):
+    """One clear ValueError naming the id, before any block moves, for every scheme (a
+    bare TypeError from a dict lookup once escaped a contiguous fork and every
+    swap-out)."""
     a = make_allocator(scheme, 64 * 16, block_size=16, max_model_len=512, model="opt-13b")
     a.allocate(1, 20, 40)
     before = a.snapshot()
@@ -115,5 +117,14 @@ def test_allocate_refuses_an_unhashable_or_taken_id_and_changes_nothing(scheme):
         a.allocate(1, 5, 40)
     with pytest.raises(ValueError, match="hashable"):
         a.allocate(["not", "hashable"], 5, 40)
+    with pytest.raises(ValueError, match=r"sequence id 1 already exists"):
+        a.fork(1, 1)
+    with pytest.raises(ValueError, match="hashable"):
+        a.fork(1, ["not", "hashable"])
+    with pytest.raises(ValueError, match="hashable"):
+        a.swap_out([1, ["not", "hashable"]])
+    with pytest.raises(ValueError, match="duplicate sequence ids"):
+        a.swap_out([1, 1])
+    assert ["not", "hashable"] not in a
     assert a.snapshot() == before
     a.check_invariants()
