@@ -18,6 +18,16 @@ def check_int(name: str, value: object, minimum: int | None = None) -> int:
     return int(value)
 
 
+def check_fraction(name: str, value: object) -> float:
+    """Return ``value``, a fraction in [0, 1) (a watermark: the share of a pool kept free),
+    or raise naming the bad value and what is valid."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number in [0, 1), got {value!r}")
+    if not 0 <= value < 1:  # (NaN fails this too)
+        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    return value
+
+
 def check_choice(name: str, value: object, choices: tuple[str, ...] | list[str]) -> str:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, choices))}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..validate import check_choice, check_int
+from ..validate import check_choice, check_fraction, check_int
 
 PREEMPTION_MODES = ("recompute", "swap")
 #: Scheduling policies: ``v0`` (vLLM v0, the paper's: a step prefills or decodes) and
@@ -42,8 +42,7 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
         check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
-        if not 0 <= self.watermark < 1:
-            raise ValueError(f"watermark must be in [0, 1), got {self.watermark!r}")
+        check_fraction("watermark", self.watermark)
         check_choice("preemption", self.preemption, PREEMPTION_MODES)
         check_int("cpu_swap_slots", self.cpu_swap_slots, minimum=0)
         if not 0 < self.beam_decay <= 1:

@@ -94,7 +94,7 @@ class BlockManager(block_queries.Queries, block_batch.BatchAppend, block_swap.Sw
             plans, need = None, n * len(seq_ids)
         if regions is not None:
             need += n * len(fork_ids)  # rooms held for the forks, which copy
-        keep = self.watermark_blocks(watermark) if watermark else 0
+        keep = self.watermark_blocks(watermark) if watermark or type(watermark) is not float else 0
         if self.pool.get_num_free_blocks() - need < keep:
             return False
         if plans is not None:

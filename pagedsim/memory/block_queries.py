@@ -134,12 +134,6 @@ class Queries(PoolLookups):
     def slots_needed(self, num_tokens: int, final_len: int | None = None) -> int:
         return self.blocks_needed(num_tokens) * self.block_size
 
-    def watermark_blocks(self, watermark: float) -> int:
-        """Blocks kept free at admission for a ``watermark`` fraction (as vLLM v0)."""
-        if not 0 <= watermark < 1:
-            raise ValueError(f"watermark must be in [0, 1), got {watermark!r}")
-        return int(watermark * self.num_blocks)
-
     def can_allocate(self, num_tokens: int, final_len: int | None = None) -> bool:
         return self.blocks_needed(num_tokens) <= self.pool.get_num_free_blocks()
 

@@ -26,7 +26,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..errors import OutOfMemoryError
-from ..validate import check_choice, check_int
+from ..validate import check_choice, check_fraction, check_int
 from ..workloads.block_hashes import is_request
 from .base import AppendResult, KVCopy, SeqId, distinct_ids
 from .contiguous_swap import ContiguousSwapping
@@ -207,7 +207,8 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
         region of the same size held for each of ``fork_ids``: a contiguous fork needs a
         region of its own, and holding it from admission means the fork cannot fail.
         False (nothing changed) when they do not fit. ``watermark`` does not apply: the
-        paper's Orca baselines keep none."""
+        paper's Orca baselines keep none (it is checked all the same)."""
+        check_fraction("watermark", watermark)
         self._check_new([*seq_ids, *fork_ids])
         if content is not None and not is_request(content):
             raise ValueError(f"content must be the request the tokens are of, got {content!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..errors import OutOfMemoryError
+from ..validate import check_fraction
 from .base import KVCopy, SeqId, SwappedGroup, distinct_ids
 from .region import Region
 
@@ -45,7 +46,9 @@ class ContiguousSwapping:
         return starts
 
     def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
-        """Whether every region of the group can be placed (no watermark, as admission)."""
+        """Whether every region of the group can be placed (no watermark, as admission;
+        it is checked all the same)."""
+        check_fraction("watermark", watermark)
         group.check_can_return_to(self._swap_token)
         starts = self._try_place_all([m[0] for m in group.state["meta"]])
         if starts is None:

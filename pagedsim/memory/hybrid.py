@@ -92,7 +92,7 @@ class HybridAllocator(hybrid_swap.HybridSwapping, hybrid_view.HybridView):
             plans, need = self.cache.plan(seq_ids, num_tokens, content)
         else:
             plans, need = None, n * num_groups * len(seq_ids)
-        keep = self.watermark_blocks(watermark) if watermark else 0
+        keep = self.watermark_blocks(watermark) if watermark or type(watermark) is not float else 0
         if self.pool.get_num_free_blocks() - need < keep:
             return False
         if plans is not None:

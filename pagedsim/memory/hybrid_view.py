@@ -93,12 +93,6 @@ class HybridView(PoolLookups, HybridAccount):
     def can_allocate(self, num_tokens: int, final_len: int | None = None) -> bool:
         return self.blocks_needed(num_tokens) <= self.pool.get_num_free_blocks()
 
-    def watermark_blocks(self, watermark: float) -> int:
-        """Blocks kept free at admission for a ``watermark`` fraction (as vLLM v0)."""
-        if not 0 <= watermark < 1:
-            raise ValueError(f"watermark must be in [0, 1), got {watermark!r}")
-        return int(watermark * self.num_blocks)
-
     def _returned(self, seq: HybridSeq, n: int, dropped: Counter | None) -> int:
         """Blocks that come back to the pool when ``seq`` grows at position ``n``: those
         its sliding groups give up that no other sequence holds (``dropped`` counts the

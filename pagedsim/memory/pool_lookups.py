@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from ..validate import check_int
+from ..validate import check_fraction, check_int
 from ..workloads.block_hashes import BlockHashes, hashes_for
 from .base import SeqId, distinct_ids
 
@@ -44,6 +44,10 @@ class PoolLookups:
     def external_frag_slots(self, need_slots: int | None) -> int:
         """Always 0: any free block serves any sequence (of any KV-cache group)."""
         return 0
+
+    def watermark_blocks(self, watermark: float) -> int:
+        """Blocks kept free at admission for a ``watermark`` fraction (as vLLM v0)."""
+        return int(check_fraction("watermark", watermark) * self.num_blocks)
 
     def ref_count(self, block: int) -> int:
         return self._ref[block]

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from ..errors import OutOfMemoryError
 from ..memory.accounting import final_tokens
 from ..memory.base import AppendResult, KVCopy, SlotUsage, SwappedGroup
+from ..validate import check_fraction
 from .state_checks import check_blocks
 
 
@@ -181,9 +182,7 @@ class PagedView:
         return 0
 
     def watermark_blocks(self, watermark: float) -> int:
-        if not 0 <= watermark < 1:
-            raise ValueError(f"watermark must be in [0, 1), got {watermark!r}")
-        return int(watermark * self.num_blocks)
+        return int(check_fraction("watermark", watermark) * self.num_blocks)
 
     # ---------------------------------------------------------------- mutations
     def allocate(self, seq_id: Hashable, num_tokens: int, final_len: int | None = None) -> None:

@@ -128,3 +128,17 @@ def test_an_unhashable_or_taken_id_is_refused_and_changes_nothing(scheme):
     assert ["not", "hashable"] not in a
     assert a.snapshot() == before
     a.check_invariants()
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_a_bad_watermark_is_refused_by_name_and_changes_nothing(scheme):
+    """Every scheme checks the watermark, even those it does not apply to (contiguous):
+    a string, None, a bool, NaN or a fraction outside [0, 1) is one error naming it."""
+    a = make_allocator(scheme, 64 * 16, block_size=16, max_model_len=512, model="opt-13b")
+    a.allocate(1, 20, 40)
+    before = a.snapshot()
+    for bad in ("0.1", None, True, float("nan"), -0.1, 1, 1.5):
+        with pytest.raises((TypeError, ValueError), match="watermark"):
+            a.allocate_group([2], 5, 40, watermark=bad)
+    assert a.snapshot() == before
+    assert a.allocate_group([2], 5, 40, watermark=0)  # an int 0 is a fraction too
