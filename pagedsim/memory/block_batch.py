@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import OutOfMemoryError
-from .base import KVCopy, SeqId
+from ..validate import check_int
+from .base import KVCopy, SeqId, distinct_ids
 
 
 class StepUsage(NamedTuple):
@@ -66,8 +67,12 @@ class BatchAppend:
         nothing from the pool, so it cannot fail) and sets the others aside; those then
         append in order, through ``append_slot``, if they find their blocks; what does not
         happen is undone."""
-        if len(set(seq_ids)) != len(seq_ids):  # a second append of one id is another count
-            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        try:  # (inline: once a step; a try costs nothing until it catches)
+            repeats = len(set(seq_ids)) != len(seq_ids)  # a second append is another count
+        except TypeError:
+            repeats = True
+        if repeats:
+            distinct_ids(seq_ids)  # raises, saying why
         seqs = self._seqs
         slots: list[int] = []
         later: list[int] = []  # positions that take the general path
@@ -127,10 +132,10 @@ class BatchAppend:
         general path (a fresh block) are made one by one, at their step and in order; the
         others are counted, and written into each sequence once, when it next takes the
         general path or the run ends."""
+        max_steps = check_int("max_steps", max_steps, minimum=0)
         if self.cache is not None or self.regions is not None or self.refs.num_shared:
             return None
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        distinct_ids(seq_ids)  # refused: a repeat, or an unhashable id
         try:
             seqs = [self._seqs[s] for s in seq_ids]
         except (KeyError, TypeError):

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from ..validate import check_int
 from ..workloads.block_hashes import BlockHashes, hashes_for
-from .base import SeqId
+from .base import SeqId, distinct_ids
 from .pool_lookups import PoolLookups
 
 
@@ -182,8 +182,7 @@ class Queries(PoolLookups):
             return self.pool.get_num_free_blocks() > 0
         if type(seq_ids) is not list:
             seq_ids = list(seq_ids)
-        if len(set(seq_ids)) != len(seq_ids):  # a second append of one id is another count
-            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        distinct_ids(seq_ids)  # refused: a repeat (a second append is another count)
         if self.regions is not None and any(
                 self._get(s).num_tokens >= self.regions.max_model_len for s in seq_ids):
             return False

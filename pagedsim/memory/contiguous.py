@@ -187,8 +187,7 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
 
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         seq_ids = list(seq_ids)
-        if len(set(seq_ids)) != len(seq_ids):  # a second append of one id is another count
-            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        distinct_ids(seq_ids)  # a second append of one id is another count
         return all([self.can_append(s) for s in seq_ids])  # every id checked
 
     # -------------------------------------------------------------- mutations

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from ..validate import check_int
 from ..workloads.block_hashes import hashes_for
-from .base import SeqId
+from .base import SeqId, distinct_ids
 from .hybrid_account import HybridAccount
 from .hybrid_groups import NULL_BLOCK, HybridSeq
 from .pool_lookups import PoolLookups
@@ -114,8 +114,7 @@ class HybridView(PoolLookups, HybridAccount):
         succeed: exact, with the blocks each append's sliding groups give back first and
         copy-on-write counted as the appends would do it."""
         seq_ids = list(seq_ids)
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        distinct_ids(seq_ids)  # refused: a repeat, or an unhashable id
         bs, ref = self.block_size, self._ref
         free = self.pool.get_num_free_blocks()
         dropped: Counter[int] = Counter()

@@ -44,8 +44,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from ..validate import check_int
 from ..workloads.block_hashes import BlockHashes
-from .base import Allocator, KVCopy, SeqId, SwappedGroup
+from .base import Allocator, KVCopy, SeqId, SwappedGroup, distinct_ids
 from .block_batch import StepUsage
 from .host_tier import HostTransfers
 
@@ -188,8 +189,7 @@ class KVCacheManager:
         if self._append_all is not None:
             copies, slots = self._append_all(seq_ids, as_many_as_fit=True)
             return _new_tuple(Grant, (copies, slots, _NONE, _NONE))
-        if len(set(seq_ids)) != len(seq_ids):
-            raise ValueError(f"duplicate sequence ids in {tuple(seq_ids)!r}")
+        distinct_ids(seq_ids)  # refused: a repeat, or an unhashable id
         alloc, copies, slots = self.allocator, [], []
         for seq_id in seq_ids:
             if not alloc.can_append_all([seq_id]):
@@ -219,13 +219,20 @@ class KVCacheManager:
         alloc = self.allocator
         if only_held:
             seq_ids = [s for s in seq_ids if self._holds(s)]
+        else:  # all checked before any is freed, so that a bad id frees nothing
+            seq_ids = list(distinct_ids(seq_ids))
+            unknown = [s for s in seq_ids if s not in alloc]
+            if unknown:
+                raise ValueError(f"unknown sequence ids {unknown!r} (never allocated, or "
+                                 "already freed); nothing was freed")
         for seq_id in seq_ids:
             alloc.free(seq_id)
-        return seq_ids if isinstance(seq_ids, list) else list(seq_ids)
+        return seq_ids
 
     def swap_out(self, seq_ids: Sequence[SeqId], cpu_free_slots: int) -> SwappedGroup | None:
         """Move the sequences to a CPU pool with ``cpu_free_slots`` free slots and
         release their GPU memory; None (nothing changed) when they need more."""
+        cpu_free_slots = check_int("cpu_free_slots", cpu_free_slots, minimum=0)
         if self.allocator.swap_out_slots(seq_ids) > cpu_free_slots:
             return None
         return self.allocator.swap_out(seq_ids)

@@ -149,3 +149,28 @@ def test_as_many_as_fit_is_asking_one_by_one_until_a_refusal(scheme, shared):
     assert served[0] == len(seqs) and min(served) < len(seqs)  # it did run dry
     with pytest.raises(ValueError, match="duplicate"):
         kv.allocate_slots([seqs[0], seqs[0]], 1, as_many_as_fit=True)
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_bad_ids_and_sizes_are_refused_before_anything_changes(scheme):
+    """free checks every id before it frees one (a list with an unknown or a repeated id
+    once freed the ids before it); a bad CPU room, step count or batch is one error."""
+    kv = KVCacheManager(make_allocator(scheme, 64 * 16, 16, 512, model="opt-13b"))
+    alloc = kv.allocator
+    for s in (1, 2):
+        assert kv.allocate_slots([s], 20, final_len=40) is not None
+    before = alloc.snapshot()
+    for ids, why in (([1, 99], "unknown sequence ids"), ([1, 1], "duplicate"),
+                     ([1, [2]], "hashable")):
+        with pytest.raises(ValueError, match=why):
+            kv.free(ids)
+        assert alloc.snapshot() == before
+    with pytest.raises(TypeError, match="cpu_free_slots"):
+        kv.swap_out([1], "1024")
+    with pytest.raises(ValueError, match="hashable"):
+        kv.allocate_slots([[1]], 1, as_many_as_fit=True)
+    if kv.decode_steps([1], 0) is not None:  # the schemes that run steps in one call
+        with pytest.raises(ValueError, match="max_steps"):
+            kv.decode_steps([1], -1)
+    assert alloc.snapshot() == before
+    assert kv.free([2, 1]) == [2, 1] and alloc.num_seqs == 0
