@@ -149,7 +149,6 @@ class HashCache:
         _, k0, chain0, kh, _ = plans[0]
         if kh:  # the host hits stay in the host while the new blocks' evictions write back
             host.pin(chain0[k0:k0 + kh])
-        names, cached, dups = pool.hashes, pool.cached, pool.dups
         siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
         for seq_id, (hit, k, chain, kh, _) in zip(seq_ids, plans, strict=True):
             table = list(hit)
@@ -162,11 +161,7 @@ class HashCache:
             seq = mgr._add_seq(seq_id, Seq(table, num_tokens, final_len, content,
                                            branch_of(seq_id), list(chain), (k + kh) * bs))
             for j in range(k, len(chain)):  # name the full blocks this sequence fills
-                b, h = table[j], chain[j]  # (BlockPool.cache_block, inlined: the hot path)
-                names[b] = h
-                if cached.setdefault(h, b) != b:
-                    dups.setdefault(h, []).append(b)
-            pool.version += 1  # blocks named: a lookup's hits may be stale
+                pool.cache_block(table[j], chain[j])
             if host is not None and seq_id == seq_ids[0]:
                 self._host_admit(seq, chain, k, kh, new)
             if len(seq_ids) > 1:
