@@ -215,7 +215,8 @@ class KVCacheManager:
 
     def free(self, seq_ids: Iterable[SeqId], only_held: bool = False) -> list[SeqId]:
         """Release ``seq_ids`` (or, ``only_held``, those of them that own memory: rooms
-        held for children never forked); returns the ids released."""
+        held for children never forked); returns the ids released. Every id is checked
+        first: one unknown, repeated or unhashable is a ``ValueError`` and frees nothing."""
         alloc = self.allocator
         if only_held:
             seq_ids = [s for s in seq_ids if self._holds(s)]
