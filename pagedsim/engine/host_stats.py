@@ -13,12 +13,11 @@ block is an ordinary block of the request that loaded it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..memory.host_tier import HostTier
-    from .cost import CostModel
-    from .plan import StepPlan
+from ..memory.host_tier import HostTier
+from .cost import CostModel
+from .plan import StepPlan
 
 #: The summary keys a run with a host tier adds (:meth:`HostStats.summary`), in order.
 HOST_KEYS: tuple[str, ...] = (

@@ -58,21 +58,34 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import NamedTuple
 
-from ..memory.base import Allocator, SeqId
-from ..memory.kv_cache_manager import KVCacheManager
+from ..memory.base import Allocator, KVCopy, SeqId
+from ..memory.kv_cache_manager import Grant, KVCacheManager
 from ..workloads.workload import Request
-from .admission import admit
 from .beams import BeamModel
 from .plan import ForkItem, SequenceGroup, StepPlan
-from .preemption import swap_in_all
-from .running import LastBatch, run_running
 from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
-from .scheduler_reasons import too_long_reason
+from .scheduler_reasons import describe, no_fit_reason, outgrows_reason, too_long_reason
+from .waiting_order import order_waiting
 from .waiting_queue import WaitingQueue
 
 # The configuration lives in its own module; these names stay importable from here.
 __all__ = ["POLICIES", "PREEMPTION_MODES", "BeamModel", "Scheduler", "SchedulerConfig"]
+
+
+class LastBatch(NamedTuple):
+    """The last step in which every running group decoded in one call
+    (``Scheduler._last_batch``). While ``running`` is that same list, unchanged, the next
+    such step is the same groups one token on (any change makes a new list or a new
+    length; forks and beams, which change a group's sequences, forget it)."""
+
+    running: list[SequenceGroup]  # the scheduler's running list then (the same object)
+    num_running: int  # its length then
+    seq_ids: list[SeqId]  # their sequences, in order
+    request_ids: list[int]  # their request ids, in order
+    kv_tokens: int  # context tokens the step's decodes attended over
+    lone: bool  # whether each group runs one sequence
 
 
 class Scheduler:
@@ -224,25 +237,369 @@ class Scheduler:
         (no head-of-line drain); when nothing can be admitted, everyone running decodes,
         and swapped requests come back if nothing was preempted."""
         if not self.swapped:
-            admit(self, plan, now_s, self.config.max_num_batched_tokens)
+            self._admit(plan, now_s, self.config.max_num_batched_tokens)
             if plan.prefills:
                 return []
-        victims, _ = run_running(self, plan, budget=None)
+        victims, _ = self._run_running(plan, budget=None)
         if not victims:
-            swap_in_all(self, plan)
+            self._swap_in_all(plan)
         return victims
 
     def _step_chunked(self, plan: StepPlan, now_s: float) -> list[SequenceGroup]:
         """vLLM v1 / Sarathi-Serve: running requests first (one token per decoding
         sequence, the next chunk of a chunked prefill), then new prompts fill what is
         left of the token budget, a long one split across steps."""
-        victims, budget = run_running(self, plan, self.config.max_num_batched_tokens)
+        victims, budget = self._run_running(plan, self.config.max_num_batched_tokens)
         if not victims:
-            swap_in_all(self, plan)
+            self._swap_in_all(plan)
             if not self.swapped and budget:
-                admit(self, plan, now_s, budget, chunked=True)
+                self._admit(plan, now_s, budget, chunked=True)
         return victims
 
+    # --------------------------------------------------------------- admission
+    def _admit(self, plan: StepPlan, now_s: float, budget: int,
+              chunked: bool = False) -> None:
+        """Admit waiting requests in queue order (``order``) within ``budget`` prefill tokens.
+
+        ``chunked``: a single-sequence request whose prefill exceeds what is left of the
+        budget starts with a chunk (the rest follows in later steps); otherwise a prompt
+        larger than the whole budget is rejected (v0), and a recomputation larger than it
+        (a preempted request's prompt plus its generated tokens) runs alone.
+        """
+        cfg = self.config
+        order_waiting(self.waiting.front, self.kv, cfg.order)  # the rest is behind, in order
+        if not chunked and self.head_is_blocked():
+            # The loop below would stop at the head (a saturated run's every step; unchunked,
+            # it asks for the same tokens).
+            return
+        num_seqs = self._num_running_seqs()
+        while self.waiting:
+            group = self.waiting[0]
+            recompute = group.num_output > 0
+            width = len(group.seq_ids) if recompute else group.width
+            num_tokens = group.request.prompt_len + group.num_output
+            if width > cfg.max_num_seqs:
+                self._reject(self.waiting.popleft(), plan,
+                             f"it runs {width} sequences at once, more than max_num_seqs "
+                             f"({cfg.max_num_seqs})")
+                continue
+            can_chunk = chunked and width == 1
+            # A prefix cache serves the first ``hit`` tokens: only the rest is computed.
+            hit = self.kv.get_computed_tokens(group.block_hashes, group.seq_ids[0], num_tokens)
+            prefill_tokens = (num_tokens - hit) * (len(group.seq_ids) if recompute else 1)
+            if not can_chunk and not recompute and num_tokens > cfg.max_num_batched_tokens:
+                self._reject(self.waiting.popleft(), plan,
+                             f"{describe(group)}: its prompt is longer than "
+                             f"max_num_batched_tokens ({cfg.max_num_batched_tokens}), the "
+                             "most one step prefills (the chunked policy would split it)")
+                continue
+            if num_seqs + width > cfg.max_num_seqs:
+                break
+            chunk = hit + min(num_tokens - hit, budget) if can_chunk else num_tokens
+            if chunk == hit:
+                break
+            # A recomputation larger than the whole token budget would wait forever: it
+            # runs alone.
+            alone = not plan.prefills and not plan.decode_seq_ids
+            if prefill_tokens > budget and not can_chunk and not alone:
+                break
+            blocked = self._blocked
+            # Memory comes back when the scheduler releases some, or when the scheme gives
+            # blocks back on its own (a sliding window's): either is a new epoch.
+            epoch = self._releases + self.kv.freed_while_running_blocks
+            if (blocked is not None and blocked[0] is group and chunk >= blocked[1]
+                    and blocked[2] == epoch):
+                break  # it did not fit, and nothing was released since
+            grant = self._allocate_group(group, chunk, recompute)
+            if grant is None:
+                if self.kv.num_seqs or self.running:
+                    self._blocked = (group, chunk, epoch)
+                    break  # memory will be released: wait
+                # Nothing else holds memory. The watermark keeps room for running requests'
+                # growth; with none running it must not keep a request out for good.
+                grant = self._allocate_group(group, chunk, recompute, watermark=0.0)
+                if grant is None:
+                    facts = self.kv.facts(chunk, group.kv_final_len)
+                    self._reject(self.waiting.popleft(), plan,
+                                 no_fit_reason(facts, group, chunk, recompute))
+                    continue
+            self.waiting.popleft()
+            group.status = "running"
+            group.prefill_end_tokens = num_tokens
+            group.num_computed_tokens = chunk
+            if group.first_scheduled_s is None:
+                group.first_scheduled_s = now_s
+            if group.cached_prompt_tokens is None:
+                group.cached_prompt_tokens = min(grant.computed_tokens[0], group.request.prompt_len)
+            done = plan.add_admitted(group, num_tokens, chunk, recompute, grant)
+            self.running.append(group)
+            num_seqs += width
+            budget -= done
+
+    def head_is_blocked(self) -> bool:
+        """Whether the head of the waiting queue did not fit, and no memory came back since
+        (the scheduler released none, nor did the scheme on its own)."""
+        blocked = self._blocked
+        return (blocked is not None and bool(self.waiting) and blocked[0] is self.waiting[0]
+                and blocked[2] == self._releases + self.kv.freed_while_running_blocks)
+
+
+    def _allocate_group(self, group: SequenceGroup, num_tokens: int, recompute: bool,
+                        watermark: float | None = None) -> Grant | None:
+        """All the memory the group needs now, or nothing (returns None).
+
+        A recomputed group re-prefills every sequence; a new one prefills its first
+        sequence and names the samples it will fork after the first token, so that the
+        allocator can hold room for them if its scheme needs any.
+        """
+        watermark = self.config.watermark if watermark is None else watermark
+        allocate = self.kv.allocate_slots
+        if recompute:
+            return allocate(group.seq_ids, num_tokens, hashes=group.block_hashes,
+                            final_len=group.kv_final_len, watermark=watermark)
+        # The children's ids are only taken when the admission succeeds.
+        children = [self._next_seq + 1 + i for i in range(group.width - 1)]
+        grant = allocate(group.seq_ids[:1], num_tokens, hashes=group.block_hashes,
+                         final_len=group.kv_final_len, fork_ids=children, watermark=watermark)
+        if grant is not None:
+            self._next_seq += len(children)
+            self._children[group.request.request_id] = children
+        return grant
+
+    # ----------------------------------------------------------------- running
+    def _run_running(self, plan: StepPlan, budget: int | None
+                    ) -> tuple[list[SequenceGroup], int | None]:
+        """Give every running group its next tokens, oldest first, preempting the newest
+        requests when memory runs out. ``budget`` (tokens) limits the step, or None.
+        Returns the preempted groups and the budget left."""
+        allocate = self.kv.allocate_slots
+        decoded = self._decoded = []
+        running = self.running
+        start = 0  # groups at the front of ``running`` that have run already
+        batch = True  # whether to try the front of the queue in one call
+        if running:
+            # The common step: every running group decodes, in one call (every one, or,
+            # when each runs one sequence, as many as fit in order: the rest go one by
+            # one below, preempting where they must; the same appends in the same order).
+            last = self._last_batch
+            if last is not None and last.running is running and last.num_running == len(running):
+                # The same groups as the last such step, each one token further on: the
+                # same sequences, each context one token longer.
+                seq_ids, rids, lone = last.seq_ids, last.request_ids, last.lone
+                kv_tokens = last.kv_tokens + len(seq_ids)
+                all_decode = True
+            else:
+                seq_ids, rids, lone, all_decode = [], None, True, True
+                for group in running:
+                    if group.prefill_end_tokens > group.num_computed_tokens:
+                        all_decode = False  # a chunked prefill runs this step
+                        break
+                    if len(group.seq_ids) != 1:
+                        lone = False
+                    seq_ids += group.seq_ids
+            if all_decode and (budget is None or len(seq_ids) <= budget):
+                grant = allocate(seq_ids, 1, as_many_as_fit=lone)
+                if grant is not None and len(grant.slots) == len(seq_ids):
+                    if rids is None:
+                        rids, kv_tokens = plan.add_decodes(running, seq_ids, grant)
+                    else:
+                        plan.add_decode_batch(seq_ids, rids, kv_tokens, grant)
+                    # Sliding windows' reads do not grow by one token a step: not kept.
+                    self._last_batch = (None if plan.windows else
+                                         LastBatch(running, len(running), seq_ids, rids, kv_tokens,
+                                                   lone))
+                    decoded.extend(running)
+                    return [], None if budget is None else budget - len(seq_ids)
+                if grant is not None:  # one sequence each: the first ones ran
+                    batch = False  # the next one did not fit: it goes alone
+                    start = len(grant.slots)
+                    plan.add_decodes(running[:start], seq_ids[:start], grant)
+                    decoded.extend(running[:start])
+                    if budget is not None:
+                        budget -= start
+        queue = deque(running[start:] if start else running)
+        self.running = running[:start]
+        victims: list[SequenceGroup] = []
+        while queue:
+            if batch and len(queue) > 1 and budget != 0:
+                budget = self._run_lone_decodes(plan, queue, budget)
+                if not queue:
+                    break
+            batch = True
+            group = queue.popleft()
+            # > 0: the next chunk of a chunked prefill (``prefill_left``, inlined: hot path)
+            chunk = group.prefill_end_tokens - group.num_computed_tokens
+            if chunk > 0:
+                want = chunk if budget is None else min(chunk, budget)
+            else:
+                want = len(group.seq_ids)
+            if budget is not None and (want == 0 or want > budget):
+                self.running.append(group)  # no budget left this step: it waits
+                continue
+            # A chunk: ``want`` tokens of its one sequence; a decode: one token each.
+            while (grant := allocate(group.seq_ids, want if chunk > 0 else 1)) is None:
+                if not queue and not self.running:  # alone, and still no room: never will be
+                    self._reject(group, plan, outgrows_reason(self.kv.facts(0), group))
+                    break
+                victim = queue.pop() if queue else group
+                self._preempt(victim, plan)
+                victims.append(victim)
+                if victim is group:
+                    break
+            else:
+                if chunk > 0:
+                    start = group.num_computed_tokens
+                    group.num_computed_tokens += want
+                    plan.add_chunk(group, start, want, grant)
+                else:  # its token is counted computed with the sample (_after_sampling)
+                    plan.add_decode(group, grant)
+                    decoded.append(group)
+                self.running.append(group)
+                if budget is not None:
+                    budget -= want
+        return victims, budget
+
+
+    def _run_lone_decodes(self, plan: StepPlan, queue: deque[SequenceGroup],
+                          budget: int | None) -> int | None:
+        """The groups at the front of ``queue`` that decode one sequence each (at most
+        ``budget`` tokens' worth) in one call, as many as fit in order: those that ran
+        leave the queue for ``running``. Returns the budget left."""
+        run: list[SequenceGroup] = []
+        for group in queue:
+            if (group.prefill_end_tokens > group.num_computed_tokens
+                    or len(group.seq_ids) != 1 or budget is not None and len(run) >= budget):
+                break
+            run.append(group)
+        if len(run) < 2:
+            return budget
+        grant = self.kv.allocate_slots([g.seq_ids[0] for g in run], 1, as_many_as_fit=True)
+        assert grant is not None
+        done = len(grant.slots)
+        if done:
+            ran = run[:done]
+            plan.add_decodes(ran, [g.seq_ids[0] for g in ran], grant)
+            self._decoded.extend(ran)
+            self.running.extend(ran)
+            for _ in range(done):
+                queue.popleft()
+        return budget if budget is None else budget - done
+
+    # -------------------------------------------------------------- preemption
+    def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:
+        """Take ``group``'s memory back: swap it out (``swap`` mode, or a group of several
+        sequences while the CPU pool has room) or free it to be recomputed from the front
+        of the waiting queue (the scheduler puts it there)."""
+        self.num_preemptions += 1
+        self._releases += 1
+        group.num_preemptions += 1
+        plan.preempted.append(group.request.request_id)
+        # Swap when asked to, and (as vLLM v0 does) for groups of several sequences even
+        # under recompute, because recomputing them separately would lose their sharing;
+        # recompute whenever the CPU pool has no room.
+        cfg = self.config
+        wants_swap = cfg.preemption == "swap" or len(group.seq_ids) > 1
+        swapped = (self.kv.swap_out(group.seq_ids, cfg.cpu_swap_slots - self.cpu_used_slots)
+                   if wants_swap else None)
+        if swapped is not None:
+            self.cpu_used_slots += swapped.cpu_slots
+            group.swapped = swapped
+            group.status = "swapped"
+            plan.swap_outs.append(swapped)
+            self.swapped.append(group)
+            self.num_swaps_out += 1
+        else:  # recompute (also when the CPU pool is full)
+            plan.frees.extend(self.kv.free(group.seq_ids))
+            group.status = "waiting"
+            group.num_computed_tokens = 0  # a recomputation starts its prefill over
+            if len(group.seq_ids) > 1:  # restart: prefill once and fork again (sharing back)
+                group.seq_ids = [self._new_seq_id()]
+                group.num_output = 0
+                group.pending_forks = []
+                group.pending_frees = []
+
+
+    def _swap_in_all(self, plan: StepPlan) -> None:
+        """Swapped requests come back first, oldest first. With nothing running, the oldest
+        comes back even into the watermark (as admission does): the watermark keeps room for
+        running requests' growth, and nothing else could ever free it."""
+        cfg = self.config
+        while self.swapped:
+            group = self.swapped[0]
+            assert group.swapped is not None
+            if self._num_running_seqs() + len(group.seq_ids) > cfg.max_num_seqs:
+                return
+            copies = self.kv.swap_in(group.swapped, cfg.watermark)
+            if copies is None and not self.running:
+                copies = self.kv.swap_in(group.swapped, watermark=0.0)
+            if copies is None:
+                return
+            self.swapped.popleft()
+            self._swapped_in(group, copies, plan)
+
+
+    def _swapped_in(self, group: SequenceGroup, copies: list[KVCopy],
+                    plan: StepPlan) -> None:
+        """``group`` is back on the GPU (``copies``: CPU -> GPU): it runs again."""
+        assert group.swapped is not None
+        plan.swap_ins.append((group.swapped, copies))
+        self.cpu_used_slots -= group.swapped.cpu_slots
+        group.swapped = None
+        group.status = "running"
+        self.running.append(group)
+        self.num_swaps_in += 1
+
+    # ------------------------------------------------------------- steady runs
+    def steady_decodes(self) -> tuple[list[SeqId], list[int], int, int] | None:
+        """When the next step would be the last one again, one token on (every running
+        group decodes its one sequence; nothing to release, reject, fork or swap in;
+        admission would stop at once: :mod:`.steady` says why each matters), the decodes
+        it would make: ``(seq_ids, request_ids, kv_tokens, steps_left)``, where
+        ``kv_tokens`` is the context the last such step attended over and ``steps_left``
+        the steps until the first group finishes. None otherwise. Changes nothing."""
+        running = self.running
+        if (not running or self._pending or self._to_free or self._too_long or self.swapped
+                or self.config.policy != "v0" or self._windows):
+            return None
+        if self.waiting and (self.config.order != "fcfs" or not self.head_is_blocked()):
+            return None
+        steps_left = min(g.request.output_len - g.num_output for g in running)
+        last = self._last_batch
+        if (last is not None and last.running is running and last.num_running == len(running)
+                and last.lone):
+            return last.seq_ids, last.request_ids, last.kv_tokens, steps_left
+        seq_ids, rids, kv_tokens = [], [], 0  # gathered as _run_running and add_decodes do
+        for group in running:
+            if (group.prefill_end_tokens > group.num_computed_tokens
+                    or len(group.seq_ids) != 1 or group.width != 1):
+                return None  # a chunk to prefill, or samples or beams to fork and choose
+            seq_ids += group.seq_ids
+            rids.append(group.request.request_id)
+            kv_tokens += group.request.prompt_len + group.num_output
+        # As if it were the last step's: a token short each.
+        return seq_ids, rids, kv_tokens - len(seq_ids), steps_left
+
+    def advance_decodes(self, num_steps: int, seq_ids: list[SeqId], request_ids: list[int],
+                        kv_tokens: int) -> list[int]:
+        """Count ``num_steps`` steps of the decodes :meth:`steady_decodes` gave (memory
+        has made them already, :meth:`~.KVCacheManager.decode_steps`): every running
+        group sampled ``num_steps`` tokens. Returns the request ids that finished, in
+        running order (in the last step)."""
+        running = self.running
+        self.step_index += num_steps
+        finished: list[int] = []
+        for group in running:  # every group sampled num_steps tokens (_after_sampling's)
+            group.num_computed_tokens += num_steps
+            group.num_output += num_steps
+            if group.num_output >= group.request.output_len:
+                self._finish(group, finished)
+        self._last_batch = LastBatch(running, len(running), seq_ids, request_ids,
+                                     kv_tokens + num_steps * len(seq_ids), True)
+        if finished:  # a new running list, as after any finish
+            self.running = [g for g in running if g.status != "finished"]
+        return finished
+
+    # ------------------------------------------------------------ after a step
     def _release(self, seq_ids: list[SeqId], plan: StepPlan, only_held: bool = False) -> None:
         """Free ``seq_ids`` (``only_held``: those that own memory), one release event when
         there are any, and say so in the plan."""

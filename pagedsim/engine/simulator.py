@@ -211,7 +211,6 @@ def simulate(
     stats = StepStats(STEP_COLUMNS)
     keeper = StepKeeper(keep)
     log = RequestLog()
-    result = SimResult(scheme=scheme, capacity_slots=allocator.capacity_slots)
     if progress is None:
         progress = sys.stderr.isatty()
     bar = None
@@ -366,13 +365,9 @@ def simulate(
         _check_unique_ids(log)
     if bar is not None:
         bar.close()
-    result._step_rows = keeper.finish()
-    result.stats = stats
-    result.keep_steps = keep
-    result.request_log = log
-    result.rejections = [(rid, reason) for _, rid, reason in sorted(rejected)]
-    result.num_preemptions = sched.num_preemptions
-    result.num_swaps_out = sched.num_swaps_out
-    result.num_cow_copies = stats.counts["cow_copies"]
-    result.host = host
-    return result
+    return SimResult(scheme=scheme, capacity_slots=allocator.capacity_slots,
+                     _step_rows=keeper.finish(), request_log=log, stats=stats,
+                     keep_steps=keep,
+                     rejections=[(rid, reason) for _, rid, reason in sorted(rejected)],
+                     num_preemptions=sched.num_preemptions, num_swaps_out=sched.num_swaps_out,
+                     num_cow_copies=stats.counts["cow_copies"], host=host)

@@ -4,8 +4,8 @@ instead of once a step, and the simulator records each of its steps as it would 
 
 A step is *steady* when it would be the scheduler's last step again, one token on:
 
-* every running group decodes its one sequence, in one call: the scheduler's last batch
-  (:mod:`.running`), with the running list unchanged;
+* every running group decodes its one sequence, in one call: the scheduler's last batch,
+  with the running list unchanged (:meth:`~.scheduler.Scheduler.steady_decodes` tells);
 * nothing waits to be released, rejected, forked or swapped in;
 * admission (vLLM v0's policy) would stop at once: nobody waits, or the head of the queue
   (served in arrival order, so that a new arrival joins behind it) was refused and no
@@ -21,15 +21,11 @@ durations, added in the same order, so the clock and every row come out the same
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from .admission import head_is_blocked
-from .running import LastBatch
-
-if TYPE_CHECKING:
-    from ..memory.block_batch import StepUsage
-    from .cost import CostModel
-    from .scheduler import Scheduler
+from ..memory.block_batch import StepUsage
+from .cost import CostModel
+from .scheduler import Scheduler
 
 #: The longest run asked for at once (steps); a run's lists hold this many entries at most.
 MAX_STEADY_STEPS = 1024
@@ -51,35 +47,14 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
     updating the scheduler and memory as those steps would; None, and nothing changed,
     when not even the first is steady. ``cost`` times the steps; ``next_arrival_s`` is
     when the next request arrives (None: no more)."""
-    running = sched.running
-    if (not running or sched._pending or sched._to_free or sched._too_long or sched.swapped
-            or sched.config.policy != "v0" or sched._windows):
+    decodes = sched.steady_decodes()
+    if decodes is None:
         return None
-    waiting = sched.waiting
-    if waiting and (sched.config.order != "fcfs" or not head_is_blocked(sched)):
-        return None
-    steps = MAX_STEADY_STEPS
-    for group in running:  # up to the step in which the first group finishes
-        left = group.request.output_len - group.num_output
-        if left < steps:
-            steps = left
-    last = sched._last_batch
-    if (last is not None and last.running is running and last.num_running == len(running)
-            and last.lone):
-        seq_ids, rids, kv_tokens = last.seq_ids, last.request_ids, last.kv_tokens
-    else:  # gathered as the scheduler's step does (running.py, plan.add_decodes)
-        seq_ids, rids, kv_tokens = [], [], 0
-        for group in running:
-            if (group.prefill_end_tokens > group.num_computed_tokens
-                    or len(group.seq_ids) != 1 or group.width != 1):
-                return None  # a chunk to prefill, or samples or beams to fork and choose
-            seq_ids += group.seq_ids
-            rids.append(group.request.request_id)
-            kv_tokens += group.request.prompt_len + group.num_output
-        kv_tokens -= len(seq_ids)  # as if it were the last step's: a token short each
+    seq_ids, rids, kv_tokens, steps_left = decodes
+    steps = min(MAX_STEADY_STEPS, steps_left)  # up to the step in which a group finishes
     num_seqs = len(seq_ids)
     times: list[float] = []
-    if not waiting and next_arrival_s is not None:
+    if not sched.waiting and next_arrival_s is not None:
         # An arrival at an empty queue may be admitted: the run ends before the step that
         # starts after it. Each step's start is the clock the simulator will keep.
         clock, step_time_s = now_s, cost.step_time_s
@@ -99,15 +74,5 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
     else:
         times = cost.decode_steps_s(num_seqs, kv_tokens + num_seqs, done)
     first = sched.step_index + 1
-    sched.step_index += done
-    finished: list[int] = []
-    for group in running:  # every group sampled ``done`` tokens (_after_sampling's count)
-        group.num_computed_tokens += done
-        group.num_output += done
-        if group.num_output >= group.request.output_len:
-            sched._finish(group, finished)
-    sched._last_batch = LastBatch(running, len(running), seq_ids, rids,
-                                  kv_tokens + done * num_seqs, True)
-    if finished:  # in the run's last step: a new running list, as after any finish
-        sched.running = [g for g in running if g.status != "finished"]
+    finished = sched.advance_decodes(done, seq_ids, rids, kv_tokens)
     return SteadyRun(first, times, usages, num_seqs, finished)

@@ -21,11 +21,9 @@ at the start of every admission round (:func:`pagedsim.engine.admission.admit`).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..memory.kv_cache_manager import KVCacheManager
-    from .plan import SequenceGroup
+from ..memory.kv_cache_manager import KVCacheManager
+from .plan import SequenceGroup
 
 #: Above this many waiting requests ``lpm`` serves FCFS (SGLang's threshold).
 LPM_MAX_WAITING = 128
