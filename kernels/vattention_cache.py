@@ -4,7 +4,7 @@ vAttention (Prabhu et al., ASPLOS'25) reserves, for every request, a *virtual* r
 ``max_model_len`` tokens in each layer's K and V tensor and maps physical pages (2 MiB
 or 64 KiB per layer and K/V tensor) into it as the request grows. The attention kernel
 then sees each request's K and V as one contiguous ``[seq_len, KVH, D]`` tensor: it
-needs no block table. :class:`pagedsim.memory.vattention.VAttentionAllocator`
+needs no block table. :func:`pagedsim.memory.vattention.VAttentionAllocator`
 accounts for those pages; this module is its mirror on real tensors.
 
 Layout. Each layer's K (and V) pool is ``num_pages`` pages of ``page_tokens`` token
@@ -40,12 +40,9 @@ from dataclasses import replace
 import torch
 
 import pagedsim
+from pagedsim.memory.block_manager import BlockManager
 from pagedsim.memory.schemes import get_scheme
-from pagedsim.memory.vattention import (
-    PAGE_BYTES_OPTIONS,
-    VAttentionAllocator,
-    page_tokens_for,
-)
+from pagedsim.memory.vattention import PAGE_BYTES_OPTIONS, page_tokens_for
 
 from .checks import MAX_BLOCK_SIZE
 from .kv_cache import KVCache, KVCacheConfig, SeqId
@@ -84,29 +81,31 @@ def kernel_block_size(page_tokens: int) -> int:
 
 
 class VAttentionKVCache(KVCache):
-    """A cache over a :class:`VAttentionAllocator`: pages mapped on demand, forks copy.
+    """A cache over a vAttention block manager
+    (:func:`~pagedsim.memory.vattention.VAttentionAllocator`): pages mapped on demand,
+    forks copy.
 
     ``config`` must describe the pool exactly as the allocator cuts it:
     ``num_blocks * block_size == num_pages * page_tokens`` with ``block_size``
     dividing ``page_tokens``. :meth:`for_scheme` derives such a config.
     """
 
-    allocator: VAttentionAllocator
+    allocator: BlockManager
 
-    def __init__(self, config: KVCacheConfig, allocator: VAttentionAllocator) -> None:
-        if not isinstance(allocator, VAttentionAllocator):
-            raise TypeError(f"allocator must be a VAttentionAllocator, got "
-                            f"{type(allocator).__name__}")
-        if allocator.page_tokens % config.block_size:
-            raise ValueError(f"pages of {allocator.page_tokens} tokens are not whole blocks "
+    def __init__(self, config: KVCacheConfig, allocator: BlockManager) -> None:
+        if not isinstance(allocator, BlockManager) or allocator.regions is None:
+            raise TypeError(f"allocator must be a VAttentionAllocator (a block manager "
+                            f"with virtual regions), got {type(allocator).__name__}")
+        if allocator.block_size % config.block_size:
+            raise ValueError(f"pages of {allocator.block_size} tokens are not whole blocks "
                              f"of {config.block_size} slots")
         if allocator.capacity_slots != config.capacity_slots:
             raise ValueError(f"allocator has {allocator.num_blocks} pages of "
-                             f"{allocator.page_tokens} tokens ({allocator.capacity_slots} "
+                             f"{allocator.block_size} tokens ({allocator.capacity_slots} "
                              f"slots), the cache {config.capacity_slots} slots")
         super().__init__(config)
         self.allocator = allocator
-        self.page_tokens = allocator.page_tokens
+        self.page_tokens = allocator.block_size
         self.num_pages = allocator.num_blocks
         self.blocks_per_page = self.page_tokens // config.block_size
 
@@ -131,8 +130,8 @@ class VAttentionKVCache(KVCache):
                                             max_model_len, model=spec,
                                             max_num_seqs=max_num_seqs)
         page_tokens = page_tokens_for(spec, page_bytes)
-        if allocator.page_tokens != page_tokens:  # the registry and this cache disagree
-            raise ValueError(f"scheme {scheme!r} built pages of {allocator.page_tokens} "
+        if allocator.block_size != page_tokens:  # the registry and this cache disagree
+            raise ValueError(f"scheme {scheme!r} built pages of {allocator.block_size} "
                              f"tokens, the cache's rows make {page_tokens}")
         block_size = kernel_block_size(page_tokens)
         shaped = replace(config, num_blocks=allocator.num_blocks * (page_tokens // block_size),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..memory.block_batch import StepUsage
+from ..memory.decode_runs import StepUsage
 from .cost import CostModel
 from .scheduler import Scheduler
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
+from ..validate import check_int
+
 if TYPE_CHECKING:  # the workload module does not import allocators
     from ..workloads.block_hashes import BlockHashes
     from ..workloads.workload import Request
@@ -34,6 +36,39 @@ def distinct_ids(seq_ids: Iterable[SeqId]) -> tuple[SeqId, ...]:
     except TypeError:
         raise ValueError(f"sequence ids must be hashable, got {seq_ids!r}") from None
     return seq_ids
+
+
+def check_new_ids(seq_ids: Sequence[SeqId], is_taken: Callable[[SeqId], bool],
+                  swapped_ids: set[SeqId]) -> None:
+    """Refuse ids given twice, ids ``is_taken`` says are in use, and ids of a swapped-out
+    group (it must be able to come back): one ``ValueError`` naming them. Every block
+    manager's check of a new sequence."""
+    seq_ids = distinct_ids(seq_ids)
+    clash = [s for s in seq_ids if is_taken(s)]
+    if clash:
+        raise ValueError(f"{_ids(clash)} already exist{'s' * (len(clash) == 1)}")
+    swapped = [s for s in seq_ids if s in swapped_ids]
+    if swapped:
+        raise ValueError(f"{_ids(swapped)} belong{'s' * (len(swapped) == 1)} to a "
+                         "swapped-out group")
+
+
+def check_lengths(num_tokens: int, final_len: int | None) -> int:
+    """``num_tokens`` checked: an int >= 0, and <= ``final_len`` when that is given."""
+    if type(num_tokens) is not int or num_tokens < 0:
+        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+    if final_len is not None:
+        if type(final_len) is not int:
+            final_len = check_int("final_len", final_len)
+        if final_len < num_tokens:
+            raise ValueError(f"final_len ({final_len}) must be >= num_tokens "
+                             f"({num_tokens})")
+    return num_tokens
+
+
+def _ids(seq_ids: list[SeqId]) -> str:
+    """``sequence id 'a'``, or ``sequence ids ['a', 'b']``: an error message's subject."""
+    return f"sequence id {seq_ids[0]!r}" if len(seq_ids) == 1 else f"sequence ids {seq_ids!r}"
 
 
 class KVCopy(NamedTuple):

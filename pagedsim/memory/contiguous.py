@@ -15,22 +15,22 @@ sequence will still fill it, ``internal fragmentation`` where it never will. Bet
 regions, holes too small for the next request are ``external fragmentation``.
 Nothing is shared: a fork copies the parent's tokens into a region of its own.
 
-The reservation policies are :mod:`.reservation`, the placements :mod:`.placement`,
-swapping :mod:`.contiguous_swap`, the accounting, pictures and checks
-:mod:`.contiguous_view`.
+The reservation policies are :mod:`.reservation`, the placements :mod:`.placement`. The
+class reads: admission, growing, forks and frees, then swapping (each region's tokens are
+copied out and the region released; coming back, every region of the group is placed
+again, all or nothing, wherever the arena has room), then the accounting's view.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import OutOfMemoryError
 from ..validate import check_choice, check_fraction, check_int
 from ..workloads.block_hashes import is_request
-from .base import AppendResult, KVCopy, SeqId, distinct_ids
-from .contiguous_swap import ContiguousSwapping
-from .contiguous_view import ContiguousView
+from .accounting import final_tokens, split_slots
+from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup, distinct_ids
 from .placement import Arena, BuddyArena
 from .region import Region
 from .reservation import RESERVATIONS, reserve_slots
@@ -39,7 +39,7 @@ PLACEMENTS = ("first-fit", "best-fit", "buddy")
 __all__ = ["PLACEMENTS", "RESERVATIONS", "ContiguousAllocator"]
 
 
-class ContiguousAllocator(ContiguousSwapping, ContiguousView):
+class ContiguousAllocator:
     """A linear arena of ``capacity_slots`` token slots, one region per sequence.
 
     ``align_slots`` rounds every region's size (and so its start) up to a multiple,
@@ -292,3 +292,137 @@ class ContiguousAllocator(ContiguousSwapping, ContiguousView):
         self._arena.free(r.start)
         if self.on_release is not None:
             self.on_release(r.start, r.size)
+
+    # ------------------- swapping: each region's tokens copied out, placed again coming back
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
+        """Copy each sequence's tokens to a CPU buffer and release its region."""
+        seq_ids = distinct_ids(seq_ids)
+        regions = [self._running(s) for s in seq_ids]
+        out, meta, offset = [], [], 0
+        for r in regions:
+            if r.num_tokens:
+                out.append(KVCopy(r.start, offset, r.num_tokens))
+            meta.append((r.size, r.num_tokens, r.final_len, offset))
+            offset += r.num_tokens
+        for s in seq_ids:
+            self.free(s)
+        self._swapped.update(seq_ids)
+        return SwappedGroup(seq_ids, offset, out, {"meta": meta}, owner=self._swap_token)
+
+    def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
+        """CPU slots a swap-out would take: every sequence's tokens (nothing is shared)."""
+        return sum(self._get(s).num_tokens for s in seq_ids)
+
+    def _try_place_all(self, sizes: list[int]) -> list[int] | None:
+        starts: list[int] = []
+        for size in sizes:
+            start = self._arena.alloc(size)
+            if start is None:
+                for s in reversed(starts):  # roll back: frees merge back exactly
+                    self._arena.free(s)  # (never written: no release to report)
+                return None
+            starts.append(start)
+        return starts
+
+    def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
+        """Whether every region of the group can be placed (no watermark, as admission;
+        it is checked all the same)."""
+        check_fraction("watermark", watermark)
+        group.check_can_return_to(self._swap_token)
+        starts = self._try_place_all([m[0] for m in group.state["meta"]])
+        if starts is None:
+            return False
+        for s in reversed(starts):
+            self._arena.free(s)
+        return True
+
+    def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
+        """Place every region of the group again (all or nothing); copies CPU -> GPU."""
+        group.check_can_return_to(self._swap_token)
+        clash = [s for s in group.seq_ids if s in self._regions]
+        if clash:
+            raise ValueError(f"sequence ids {clash!r} already exist")
+        meta = group.state["meta"]
+        starts = self._try_place_all([m[0] for m in meta])
+        if starts is None:
+            raise OutOfMemoryError(f"no room to swap in {len(meta)} regions")
+        copies = []
+        for seq_id, start, (size, n, final, offset) in zip(
+            group.seq_ids, starts, meta, strict=True
+        ):
+            self._regions[seq_id] = Region(start, size, n, final)
+            if n:
+                copies.append(KVCopy(offset, start, n))
+        group.swapped_in = True
+        self._swapped.difference_update(group.seq_ids)
+        return copies
+
+    # ------------------------- the accounting's view: regions split, holes, snapshot, checks
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+        """Token, reserved (will be filled) and internal-fragmentation slots of all regions.
+
+        Final lengths come from ``final_lens``, else from ``final_len`` at allocation;
+        a sequence with neither is taken as finished.
+        """
+        token = reserved = allocated = 0
+        fl = final_lens or {}
+        for seq_id, r in self._regions.items():
+            n = r.num_tokens
+            final = final_tokens(n, fl.get(seq_id, r.final_len) if fl else r.final_len)
+            t, res, _ = split_slots(n, final, r.size)
+            token += t
+            reserved += res
+            allocated += r.size
+        return SlotUsage(
+            token_slots=token,
+            reserved_slots=reserved,
+            internal_frag_slots=allocated - token - reserved,
+            physical_blocks=len(self._regions),
+            logical_blocks=len(self._regions),
+        )
+
+    def holes(self) -> list[tuple[int, int]]:
+        """Free holes as ``(start_slot, size_slots)``, by address."""
+        return self._arena.holes()
+
+    @property
+    def num_free_slots(self) -> int:
+        return sum(size for _, size in self._arena.holes())
+
+    def external_frag_slots(self, need_slots: int | None) -> int:
+        """Free slots in holes smaller than ``need_slots`` (0 when nobody waits)."""
+        if not need_slots:
+            return 0
+        return sum(size for _, size in self._arena.holes() if size < need_slots)
+
+    def snapshot(self) -> dict:
+        """The whole state as plain data (for pictures, step-through recorders and tests)."""
+        return {
+            "kind": "contiguous",
+            "view": "arena",
+            "capacity_slots": self.capacity_slots,
+            "reservation": self.reservation,
+            "placement": self.placement,
+            "max_model_len": self.max_model_len,
+            "align_slots": self.align_slots,
+            "holes": self._arena.holes(),
+            "seqs": {
+                sid: {"start": r.start, "size": r.size, "num_tokens": r.num_tokens,
+                      "final_len": r.final_len}
+                for sid, r in self._regions.items()
+            },
+        }
+
+    def check_invariants(self) -> None:
+        self._arena.check_invariants()
+        used = self._arena.used()
+        assert len(used) == len(self._regions), "arena and region table disagree"
+        for seq_id, r in self._regions.items():
+            assert used.get(r.start) == r.size, f"sequence {seq_id!r}: region not in arena"
+            assert 0 <= r.start and r.start + r.size <= self.capacity_slots, "region out of bounds"
+            assert 0 <= r.num_tokens <= r.size, f"sequence {seq_id!r} overflows its region"
+            assert r.start % self.align_slots == 0, f"sequence {seq_id!r}: unaligned region"
+        for child in self._held:
+            assert child in self._regions and self._regions[child].num_tokens == 0, (
+                f"held child {child!r} has no empty region")
+

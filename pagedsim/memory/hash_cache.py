@@ -73,7 +73,7 @@ class HashCache:
         hits after them, and, alone, how many of its hits nobody holds), and the blocks
         that would leave the free queue; changes nothing (but hashes ``content``). Host
         hits take new blocks like computed ones."""
-        bs, pool, ref, host = self.block_size, self.pool, mgr._ref, self.pool.host
+        bs, pool, ref, host = self.block_size, self.pool, mgr.refs.counts, self.pool.host
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
         if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
             seq_id = seq_ids[0]
@@ -138,7 +138,7 @@ class HashCache:
             new = mgr.refs.take(n - k, chain[k:])  # named as they are taken
             table = hit + new
             seq_id = seq_ids[0]
-            seq = mgr._add_seq(seq_id, Seq(table, num_tokens, final_len, content,
+            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, content,
                                            seq_id if type(seq_id) is int else
                                            branch_of(seq_id), list(chain), (k + kh) * bs))
             if host is not None:
@@ -158,7 +158,7 @@ class HashCache:
                 table.append(b)
             new = mgr.refs.take(n - k)
             table += new
-            seq = mgr._add_seq(seq_id, Seq(table, num_tokens, final_len, content,
+            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, content,
                                            branch_of(seq_id), list(chain), (k + kh) * bs))
             for j in range(k, len(chain)):  # name the full blocks this sequence fills
                 pool.cache_block(table[j], chain[j])
@@ -193,7 +193,7 @@ class HashCache:
         if pool.hashes[b] is not None:  # a hit, or shared with a sibling: named already
             return b
         other = pool.get_cached_block(h)
-        if other is not None and dedup and mgr._ref[b] == 1:
+        if other is not None and dedup and mgr.refs.counts[b] == 1:
             mgr.refs.hold([other])
             seq.table[index] = other
             mgr.refs.release([b])
@@ -227,7 +227,7 @@ class HashCache:
     def check(self, mgr) -> None:
         """Every full block of a sequence with content is named by its hash."""
         hashes = self.pool.hashes
-        for seq_id, seq in mgr._seqs.items():
+        for seq_id, seq in mgr.seqs.items():
             if seq.content is None:
                 continue
             for j, h in enumerate(seq.hashes):

@@ -89,7 +89,7 @@ class HybridCache:
         """Per sequence ``(hit blocks k, per group (first held index, hit blocks), chain)``
         and the blocks the admission takes from the free queue (new ones, and hits nobody
         holds); changes nothing."""
-        bs, pool, ref = self.block_size, self.pool, self.alloc._ref
+        bs, pool, ref = self.block_size, self.pool, self.alloc.refs.counts
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs
         plans, from_queue, touched = [], 0, set()
         for seq_id in seq_ids:
@@ -116,16 +116,15 @@ class HybridCache:
         n = -(-num_tokens // bs)
         for _, hits, _ in plans:
             for g, (_, blocks) in enumerate(hits):
-                alloc.group_blocks[g] += alloc.refs.hold(blocks)  # those nobody held
+                alloc.hold(g, blocks)
         for seq_id, (k, hits, chain) in zip(seq_ids, plans, strict=True):
             tables, first = [], []
             for g, (lo, blocks) in enumerate(hits):
                 names = [(g, h) for h in chain[k:]]
-                tables.append([NULL_BLOCK] * lo + blocks + alloc._take(n - k, g, names))
+                tables.append([NULL_BLOCK] * lo + blocks + alloc.take(n - k, g, names))
                 first.append(lo)
-                alloc._num_logical_blocks += n - lo
-            alloc._seqs[seq_id] = HybridSeq(tables, first, num_tokens, final_len, content,
-                                            branch_of(seq_id), list(chain), k * bs)
+            alloc.add_seq(seq_id, HybridSeq(tables, first, num_tokens, final_len, content,
+                                            branch_of(seq_id), list(chain), k * bs))
 
     # ------------------------------------------------------------ naming
     def filled(self, seq: HybridSeq, index: int, h: object = None) -> None:
@@ -149,7 +148,7 @@ class HybridCache:
     def check(self) -> None:
         """Every full block a sequence with content holds is named for its group."""
         names, bs = self.pool.hashes, self.block_size
-        for seq_id, seq in self.alloc._seqs.items():
+        for seq_id, seq in self.alloc.seqs.items():
             if seq.content is None:
                 continue
             assert len(seq.hashes) == seq.num_tokens // bs, f"{seq_id!r}: names != blocks"

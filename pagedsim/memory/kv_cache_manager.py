@@ -42,12 +42,14 @@ accounting and the pictures read.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..validate import check_int
 from ..workloads.block_hashes import BlockHashes
 from .base import Allocator, KVCopy, SeqId, SwappedGroup, distinct_ids
-from .block_batch import StepUsage
+from .block_manager import BlockManager
+from .decode_runs import StepUsage, append_steps
 from .host_tier import HostTransfers
 
 if TYPE_CHECKING:
@@ -95,7 +97,9 @@ class KVCacheManager:
         self._append = allocator.append_slot  # the decode hot path: one lookup
         # A step's decodes in one call, where the scheme offers it (block managers do).
         self._append_all = getattr(allocator, "append_slots", None)
-        self._append_steps = getattr(allocator, "append_steps", None)  # and several steps
+        # Several steps at once (:mod:`.decode_runs`), over a block manager.
+        self._append_steps = (partial(append_steps, allocator)
+                              if isinstance(allocator, BlockManager) else None)
         self._holds = allocator.__contains__
         self._host = getattr(allocator, "host", None) is not None  # a host tier behind it
         # Whether the scheme gives blocks back on its own (read once: admission asks often).

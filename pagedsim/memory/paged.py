@@ -8,7 +8,7 @@ external fragmentation), and a sequence wastes at most the unused tail of its la
 block whose reference count is above 1 first gets a private copy of that one block
 (copy-on-write).
 
-:class:`PagedAllocator` is the one block-table manager
+:func:`PagedAllocator` builds the one block-table manager
 (:class:`~pagedsim.memory.block_manager.BlockManager`, read it top to bottom) over the
 plainest pool, a free list (:class:`~pagedsim.memory.free_list.FreeList`). Names
 follow vLLM and nano-vllm (``block_table``, ``ref_count``, ``can_allocate``).
@@ -23,8 +23,7 @@ from .free_list import FreeList
 __all__ = ["PagedAllocator", "_Seq"]
 
 
-class PagedAllocator(BlockManager):
-    """A pool of ``num_blocks`` blocks of ``block_size`` token slots each."""
-
-    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
-        super().__init__(FreeList(num_blocks, block_size))
+def PagedAllocator(num_blocks: int, block_size: int = 16) -> BlockManager:  # noqa: N802
+    """The block manager over a free list of ``num_blocks`` blocks of ``block_size`` token
+    slots each. (Named as the class it builds a configuration of: there is no subclass.)"""
+    return BlockManager(FreeList(num_blocks, block_size))

@@ -7,7 +7,7 @@ prefixes. When a request frees its blocks, the full ones keep their K/V and thei
 they are *cached*. A later request whose prompt starts with the same blocks finds them
 through the hash map and shares them (reference count + 1) instead of computing them.
 
-:class:`PrefixCachingAllocator` is the one block-table manager
+:func:`PrefixCachingAllocator` builds the one block-table manager
 (:mod:`pagedsim.memory.block_manager`, as ``kv_cache_manager.py``) over the pool
 that keeps freed blocks' content (:mod:`pagedsim.memory.block_pool`, as
 ``block_pool.py``: the free queue, the hash map, lazy eviction):
@@ -41,10 +41,9 @@ from .host_tier import HostTier
 __all__ = ["PrefixCachingAllocator"]
 
 
-class PrefixCachingAllocator(BlockManager):
-    """A paged pool whose freed full blocks stay reusable until their memory is needed."""
-
-    def __init__(self, num_blocks: int, block_size: int = 16, dedup: bool = False,
-                 host: HostTier | None = None) -> None:
-        pool = BlockPool(num_blocks, block_size, host)
-        super().__init__(pool, HashCache(pool), dedup=dedup, kind="prefix-cache")
+def PrefixCachingAllocator(num_blocks: int, block_size: int = 16,  # noqa: N802
+                           dedup: bool = False, host: HostTier | None = None) -> BlockManager:
+    """A paged pool whose freed full blocks stay reusable until their memory is needed:
+    the block manager over vLLM v1's pool, with the hash policy."""
+    pool = BlockPool(num_blocks, block_size, host)
+    return BlockManager(pool, HashCache(pool), dedup=dedup, kind="prefix-cache")

@@ -1,7 +1,7 @@
 """SGLang's RadixAttention: paged blocks whose full pages stay in a radix tree of token
 content until their memory is needed.
 
-:class:`RadixAllocator` is the one block-table manager
+:func:`RadixAllocator` builds the one block-table manager
 (:mod:`pagedsim.memory.block_manager`: block tables, reference counts, copy-on-write)
 over SGLang's pool (:mod:`~pagedsim.memory.radix_pool`: a free list plus the tree's
 evictable pages) with SGLang's policy (:mod:`~pagedsim.memory.radix_cache`: match,
@@ -20,12 +20,9 @@ from .radix_pool import RadixPool
 from .radix_tree import Priority, RadixTree, lru
 
 
-class RadixAllocator(BlockManager):
-    """A paged pool whose full pages stay in a radix tree until their memory is needed;
-    ``eviction`` ranks the unlocked leaves (smallest first)."""
-
-    def __init__(self, num_blocks: int, block_size: int = 16,
-                 eviction: Priority = lru, host: HostTier | None = None) -> None:
-        pool = RadixPool(num_blocks, block_size, RadixTree(eviction), host)
-        super().__init__(pool, RadixCache(pool), kind="radix")
-        self.tree = pool.tree
+def RadixAllocator(num_blocks: int, block_size: int = 16,  # noqa: N802
+                   eviction: Priority = lru, host: HostTier | None = None) -> BlockManager:
+    """A paged pool whose full pages stay in a radix tree (``.pool.tree``) until their
+    memory is needed; ``eviction`` ranks the unlocked leaves (smallest first)."""
+    pool = RadixPool(num_blocks, block_size, RadixTree(eviction), host)
+    return BlockManager(pool, RadixCache(pool), kind="radix")

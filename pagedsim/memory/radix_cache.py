@@ -156,7 +156,7 @@ class RadixCache:
                 tree.lock(leaf)
                 tree.unlock(node)
                 node = leaf
-            seq = mgr._add_seq(seq_id, Seq(table, num_tokens, final_len, content, branch,
+            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, content, branch,
                                            list(keys[:full]), (k + kh) * bs))
             seq.host_hit_tokens = kh * bs
             seq.node = node
@@ -183,7 +183,7 @@ class RadixCache:
         if seq.content is None:
             return
         self.clock += 1
-        stamp, tree, ref, table = self.clock, self.tree, mgr._ref, seq.table
+        stamp, tree, ref, table = self.clock, self.tree, mgr.refs.counts, seq.table
         node = seq.node
         full, i = seq.num_tokens // self.block_size, node.depth
         keys = seq.hashes
@@ -233,7 +233,7 @@ class RadixCache:
 
     def check(self, mgr) -> None:
         """Tree <-> reference counts, lock counts, locked paths (asserts)."""
-        tree, ref, bs = self.tree, mgr._ref, self.block_size
+        tree, ref, bs = self.tree, mgr.refs.counts, self.block_size
         tree.check()
         node_of: dict[int, Node] = {}
         for node in tree.nodes():
@@ -244,7 +244,7 @@ class RadixCache:
             assert ref[b] == node.lock_ref, (
                 f"tree block {b}: {ref[b]} holders, its node's lock_ref is {node.lock_ref}")
         locks: Counter[int] = Counter()
-        for seq_id, seq in mgr._seqs.items():
+        for seq_id, seq in mgr.seqs.items():
             locked = x = seq.node or tree.root  # None: admitted without content
             assert x is tree.root or x.parent is not None, f"{seq_id!r} locks an evicted node"
             while x.parent is not None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from ..models.specs import ModelSpec, get_model
 from ..validate import check_int
 from .base import Allocator
+from .block_manager import BlockManager
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .host_tier import HostTier, tier
 from .hybrid import HybridAllocator
@@ -34,7 +35,7 @@ from .paged import PagedAllocator
 from .prefix_cache import PrefixCachingAllocator
 from .radix import RadixAllocator
 from .radix_lfu import lfu
-from .vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator
+from .vattention import PAGE_BYTES_OPTIONS, vattention_for_model
 
 DEFAULT_SCHEMES = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged")
 #: ``pagedsim compare``'s schemes for a model with sliding-window layers: the model as all
@@ -176,7 +177,7 @@ def kv_cache_class(scheme: str) -> type:
 
 
 # ------------------------------------------------------------------ the entries
-def _paged(pool: PoolSpec) -> PagedAllocator:
+def _paged(pool: PoolSpec) -> BlockManager:
     num_blocks = pool.capacity_slots // pool.block_size
     if num_blocks < 1:
         raise ValueError(
@@ -191,7 +192,7 @@ register(Scheme(
 
 
 def _prefix_cache(dedup: bool) -> Callable[[PoolSpec], Allocator]:
-    def build(pool: PoolSpec) -> PrefixCachingAllocator:
+    def build(pool: PoolSpec) -> BlockManager:
         return PrefixCachingAllocator(_paged(pool).num_blocks, pool.block_size, dedup,
                                       pool.host_tier())
     return build
@@ -207,7 +208,7 @@ register(Scheme(
     _prefix_cache(True)))
 
 
-def _radix(pool: PoolSpec) -> RadixAllocator:
+def _radix(pool: PoolSpec) -> BlockManager:
     return RadixAllocator(_paged(pool).num_blocks, pool.block_size, host=pool.host_tier())
 
 
@@ -249,8 +250,8 @@ for _r in RESERVATIONS:
 
 
 def _vattention(page_bytes: int, name: str) -> Callable[[PoolSpec], Allocator]:
-    def build(pool: PoolSpec) -> VAttentionAllocator:
-        return VAttentionAllocator.for_model(pool.capacity_slots, pool.need_model(name),
+    def build(pool: PoolSpec) -> BlockManager:
+        return vattention_for_model(pool.capacity_slots, pool.need_model(name),
                                              page_bytes, pool.max_model_len,
                                              pool.max_num_seqs)
     return build

@@ -142,7 +142,7 @@ class Regions:
         else:
             table = mgr.refs.take(pages)
         # final_len may be stale (already passed), as the parent's
-        mgr._add_seq(child_id, Seq(table, n, parent.final_len))
+        mgr.add_seq(child_id, Seq(table, n, parent.final_len))
         return [KVCopy(src * pt, dst * pt, min(pt, n - i * pt))
                 for i, (src, dst) in enumerate(zip(parent.table, table, strict=True))]
 
@@ -191,34 +191,29 @@ class Regions:
                                    "final_len": final_len}
 
     def check(self, mgr: BlockManager) -> None:
-        assert all(r <= 1 for r in mgr._ref), "a vAttention page is mapped twice"
+        assert all(r <= 1 for r in mgr.refs.counts), "a vAttention page is mapped twice"
         assert mgr.num_seqs <= self.max_regions, "more requests than virtual regions"
-        assert not set(self.held) & set(mgr._seqs), "a held sample is also running"
-        for seq_id, seq in mgr._seqs.items():
+        assert not set(self.held) & set(mgr.seqs), "a held sample is also running"
+        for seq_id, seq in mgr.seqs.items():
             assert seq.num_tokens <= self.max_model_len, f"{seq_id!r} overflows its region"
 
 
-class VAttentionAllocator(BlockManager):
-    """``num_pages`` physical pages of ``page_tokens`` slots, at most ``max_regions``
-    requests (virtual regions of ``max_model_len`` tokens) at once: a block manager over
-    a free list of pages, configured with :class:`Regions`."""
+def VAttentionAllocator(num_pages: int, page_tokens: int,  # noqa: N802
+                        max_model_len: int = 2048, max_regions: int = 256) -> BlockManager:
+    """``num_pages`` physical pages of ``page_tokens`` slots (the manager's blocks), at
+    most ``max_regions`` requests (virtual regions of ``max_model_len`` tokens) at once:
+    a block manager over a free list of pages, configured with :class:`Regions`."""
+    return BlockManager(FreeList(num_pages, page_tokens), kind="vattention",
+                        regions=Regions(max_model_len, max_regions))
 
-    def __init__(self, num_pages: int, page_tokens: int, max_model_len: int = 2048,
-                 max_regions: int = 256) -> None:
-        super().__init__(FreeList(num_pages, page_tokens), kind="vattention",
-                         regions=Regions(max_model_len, max_regions))
-        self.page_tokens = self.block_size
-        self.max_model_len = self.regions.max_model_len
-        self.max_regions = self.regions.max_regions
 
-    @classmethod
-    def for_model(cls, capacity_slots: int, model: ModelSpec, page_bytes: int = 2 << 20,
-                  max_model_len: int = 2048, max_regions: int = 256) -> VAttentionAllocator:
-        """A pool of ``capacity_slots`` token slots cut into pages of ``page_bytes`` per
-        layer and cache tensor (K, V, or an MLA latent) of ``model``."""
-        page_tokens = page_tokens_for(model, page_bytes)
-        num_pages = check_int("capacity_slots", capacity_slots, minimum=1) // page_tokens
-        if num_pages < 1:
-            raise ValueError(f"a pool of {capacity_slots} slots holds no page of "
-                             f"{page_tokens} tokens ({page_bytes} bytes of {model.name})")
-        return cls(num_pages, page_tokens, max_model_len, max_regions)
+def vattention_for_model(capacity_slots: int, model: ModelSpec, page_bytes: int = 2 << 20,
+                         max_model_len: int = 2048, max_regions: int = 256) -> BlockManager:
+    """A vAttention pool of ``capacity_slots`` token slots cut into pages of
+    ``page_bytes`` per layer and cache tensor (K, V, or an MLA latent) of ``model``."""
+    page_tokens = page_tokens_for(model, page_bytes)
+    num_pages = check_int("capacity_slots", capacity_slots, minimum=1) // page_tokens
+    if num_pages < 1:
+        raise ValueError(f"a pool of {capacity_slots} slots holds no page of "
+                         f"{page_tokens} tokens ({page_bytes} bytes of {model.name})")
+    return VAttentionAllocator(num_pages, page_tokens, max_model_len, max_regions)

@@ -85,8 +85,8 @@ def test_make_cache_through_the_registry_64k() -> None:
     # The simulator cuts the same pool the same way.
     sim = pagedsim.make_allocator("vattention-64k", 40, 4, 64,
                                   model=model_spec(model.config, 64))
-    assert (sim.num_blocks, sim.page_tokens) == (cache.num_pages, cache.page_tokens)
-    assert (cache.allocator.max_model_len, cache.allocator.max_regions) == (64, 256)
+    assert (sim.num_blocks, sim.block_size) == (cache.num_pages, cache.page_tokens)
+    assert (cache.allocator.max_model_len, cache.allocator.regions.max_regions) == (64, 256)
 
 
 def test_make_cache_through_the_registry_2mib_pages_cut_into_kernel_blocks() -> None:
@@ -397,5 +397,5 @@ def test_page_arithmetic_matches_the_model_spec() -> None:
     spec = pagedsim.ModelSpec("m", 3, 16, 8, 256, 4, 0, 2048)
     assert cache.page_tokens == 64 * 1024 // (8 * 256 * 4) == 8
     assert cache.page_tokens == pagedsim.make_allocator(
-        "vattention-64k", 64, model=spec).page_tokens
+        "vattention-64k", 64, model=spec).block_size
     assert math.prod(cache.k_caches[0].shape) == 64 * 8 * 256

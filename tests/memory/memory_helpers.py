@@ -6,7 +6,7 @@ Not a conftest: the project's tests/conftest.py registers the hypothesis profile
 
 from __future__ import annotations
 
-from pagedsim.memory import PrefixCachingAllocator, RadixAllocator
+from pagedsim.memory.block_manager import BlockManager
 from pagedsim.workloads.workload import Request
 
 #: Tokens per block (vLLM's default), and per prompt piece.
@@ -20,6 +20,6 @@ def req(rid: int, pieces: tuple[int, ...], prompt_len: int | None = None,
                    prompt_pieces=pieces, prompt_piece_tokens=BS)
 
 
-def admit(a: PrefixCachingAllocator | RadixAllocator, seq_id: int, r: Request) -> bool:
+def admit(a: BlockManager, seq_id: int, r: Request) -> bool:
     """Admit ``r``'s whole prompt as sequence ``seq_id``, room for its output reserved."""
     return a.allocate_group([seq_id], r.prompt_len, r.prompt_len + r.output_len, content=r)

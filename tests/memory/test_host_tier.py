@@ -114,7 +114,7 @@ def test_a_radix_node_knows_its_tiers():
     kv = KVCacheManager(alloc)
     assert kv.allocate_slots([1], 64, hashes=kv.hashes_of(_chat(1, 64, (1, 2))),
                              final_len=67)
-    (node,) = alloc.tree.root.children.values()
+    (node,) = alloc.pool.tree.root.children.values()
     assert alloc.cache.tiers(node) == ("gpu",)  # queued for the host, not copied yet
     kv.host_transfers()
     assert alloc.cache.tiers(node) == ("gpu", "host")

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from pagedsim.memory import PagedAllocator, PrefixCachingAllocator
+from pagedsim.memory.block_manager import BlockManager
 from pagedsim.memory.fast_usage import usage_by_block_walk, usage_by_last_blocks
 from pagedsim.workloads.block_hashes import extend_chain
 from pagedsim.workloads.prompts import block_hashes
@@ -56,7 +57,7 @@ def test_extend_chain_on_a_sharing_workload() -> None:
         assert got == want
 
 
-def _random_walk(alloc: PagedAllocator, rng: random.Random, steps: int) -> None:
+def _random_walk(alloc: BlockManager, rng: random.Random, steps: int) -> None:
     """Allocate, fork, append and free at random, with prompts that share content, so
     the pool holds shared full blocks (hits) and shared partial last blocks (forks)."""
     live: list[int] = []
@@ -81,10 +82,10 @@ def _random_walk(alloc: PagedAllocator, rng: random.Random, steps: int) -> None:
                 alloc.append_slot(s)
         else:
             alloc.free(live.pop(rng.randrange(len(live))))
-        if isinstance(alloc, PrefixCachingAllocator):
+        if alloc.kind == "prefix-cache":
             alloc.check_invariants()
         usage = alloc.usage()
-        walked = PagedAllocator.usage(alloc)
+        walked = BlockManager.usage(alloc)
         assert (usage.token_slots, usage.reserved_slots, usage.internal_frag_slots,
                 usage.physical_blocks, usage.logical_blocks) == (
             walked.token_slots, walked.reserved_slots, walked.internal_frag_slots,
@@ -106,9 +107,9 @@ def test_usage_by_last_blocks_on_a_paged_pool_with_forks() -> None:
     a.append_slot(2)  # 2 copies the shared last block; 1 and 3 still share it
     a.allocate(4, 8, 9)
     assert a.num_shared_blocks > 0
-    fast = usage_by_last_blocks(a._seqs, a._ref, a.block_size,
+    fast = usage_by_last_blocks(a.seqs, a.refs.counts, a.block_size,
                                 a.num_used_blocks, a.usage().logical_blocks)
-    walked = usage_by_block_walk(a._seqs, a._ref, a.block_size,
+    walked = usage_by_block_walk(a.seqs, a.refs.counts, a.block_size,
                                  a.num_used_blocks, a.usage().logical_blocks)
     assert fast == walked == a.usage()
 

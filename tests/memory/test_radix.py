@@ -20,6 +20,7 @@ from pagedsim.engine.waiting_order import LPM_MAX_WAITING, order_waiting
 from pagedsim.errors import OutOfMemoryError
 from pagedsim.memory import RadixAllocator
 from pagedsim.memory.accounting import CATEGORIES
+from pagedsim.memory.block_manager import BlockManager
 from pagedsim.memory.fast_usage import usage_by_block_walk
 from pagedsim.memory.kv_cache_manager import KVCacheManager
 from pagedsim.memory.schemes import make_allocator
@@ -28,12 +29,12 @@ from pagedsim.workloads.prompts import block_hashes
 from pagedsim.workloads.workload import Request
 
 
-def tree(a: RadixAllocator) -> list[tuple[int, list[int], int]]:
+def tree(a: BlockManager) -> list[tuple[int, list[int], int]]:
     """The tree as (parent index, blocks, lock_ref) per node, parents first."""
     return [(n["parent"], n["blocks"], n["lock_ref"]) for n in a.snapshot()["tree"]]
 
 
-def released(a: RadixAllocator) -> list[int]:
+def released(a: BlockManager) -> list[int]:
     """Record the blocks ``on_release`` reports, in order."""
     out: list[int] = []
     a.on_release = lambda start, n: out.extend(range(start // BS, (start + n) // BS))
@@ -439,9 +440,9 @@ class ContentMachine(RuleBasedStateMachine):
         live = {s for q in self.expect for s in self.alloc.slot_mapping(q)}
         assert acct.token == len(live)
         assert acct.cached == self.alloc.num_cached_blocks * self.bs
-        if isinstance(self.alloc, RadixAllocator):  # its fast usage agrees with the general
+        if self.alloc.kind == "radix":  # its fast usage agrees with the general
             a = self.alloc  # walk (which counts cached as used)
-            slow = usage_by_block_walk(a._seqs, a._ref, a.block_size,
+            slow = usage_by_block_walk(a.seqs, a.refs.counts, a.block_size,
                                        a.num_blocks - a.num_free_blocks, 0)
             assert (acct.token, acct.reserved, acct.internal_frag + acct.cached) == (
                 slow.token_slots, slow.reserved_slots, slow.internal_frag_slots)
@@ -469,7 +470,7 @@ for _case in (TestRadixContent, TestPrefixCacheContent, TestPrefixCacheDedupCont
 
 
 # ------------------------------------------------------------ the lpm order
-def _cached_pool(*requests: Request) -> RadixAllocator:
+def _cached_pool(*requests: Request) -> BlockManager:
     """A radix pool whose tree holds the prompts of ``requests`` (admitted, then freed)."""
     a = RadixAllocator(64, BS)
     for i, r in enumerate(requests):

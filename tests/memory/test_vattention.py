@@ -20,7 +20,7 @@ def test_tokens_per_page_llama3_8b():
     assert page_tokens_for(llama, PAGE_BYTES_OPTIONS[""]) == 1024
     assert page_tokens_for(llama, PAGE_BYTES_OPTIONS["-64k"]) == 32
     alloc = make_allocator("vattention", 10 * 1024 + 5, model=llama)
-    assert (alloc.page_tokens, alloc.num_blocks, alloc.capacity_slots) == (1024, 10, 10 * 1024)
+    assert (alloc.block_size, alloc.num_blocks, alloc.capacity_slots) == (1024, 10, 10 * 1024)
 
 
 def test_registry_entries_and_missing_model():

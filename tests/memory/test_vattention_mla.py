@@ -24,7 +24,7 @@ def test_mla_row_is_the_latent():
     assert page_tokens_for(ds, PAGE_BYTES_OPTIONS[""]) == 1820  # 2 MiB // 1,152
     assert page_tokens_for(ds, PAGE_BYTES_OPTIONS["-64k"]) == 56  # 64 KiB // 1,152
     alloc = make_allocator("vattention", 1820 * 3 + 7, model=ds)
-    assert (alloc.page_tokens, alloc.num_blocks) == (1820, 3)
+    assert (alloc.block_size, alloc.num_blocks) == (1820, 3)
 
 
 def test_fp8_mla_row_halves():

@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 
 from pagedsim import CATEGORIES, ContiguousAllocator, PagedAllocator, account  # noqa: E402
 from pagedsim.memory import PrefixCachingAllocator  # noqa: E402
+from pagedsim.memory.block_manager import BlockManager  # noqa: E402
 from pagedsim.plots import (  # noqa: E402
     CATEGORY_COLORS,
     Recorder,
@@ -55,7 +56,7 @@ def _save(fig, name: str) -> None:
 
 
 # ------------------------------------------------------------------ allocators
-def paged_forked() -> PagedAllocator:
+def paged_forked() -> BlockManager:
     """Parallel sampling, n = 3: a 10-token prompt (blocks of 4) forked twice, one child
     then writes into the shared last block (copy-on-write) and one more token."""
     a = PagedAllocator(num_blocks=16, block_size=4)
@@ -70,7 +71,7 @@ def paged_forked() -> PagedAllocator:
     return a
 
 
-def paged_plain(num_blocks: int = 64, block_size: int = 16) -> PagedAllocator:
+def paged_plain(num_blocks: int = 64, block_size: int = 16) -> BlockManager:
     a = PagedAllocator(num_blocks, block_size)
     for i in range(5):
         a.allocate(i, 20 + 37 * i, final_len=40 + 50 * i)
@@ -129,7 +130,7 @@ class _WithContent:
     """A prefix cache whose random allocations carry content: prompts of 0..2 pieces
     drawn from 3 (so they share prefixes) then their own tokens."""
 
-    def __init__(self, alloc: PrefixCachingAllocator) -> None:
+    def __init__(self, alloc: BlockManager) -> None:
         self.alloc = alloc
 
     def allocate(self, seq_id: int, n: int, final_len: int) -> None:

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from pagedsim import PagedAllocator, Request  # noqa: E402
+from pagedsim.memory.block_manager import BlockManager
 from pagedsim.memory.prefix_cache import PrefixCachingAllocator  # noqa: E402
 from pagedsim.plots import CATEGORY_COLORS, block_map  # noqa: E402
 from pagedsim.plots.free_queue import free_queue, queue_order  # noqa: E402
@@ -19,7 +20,7 @@ def _req(rid: int, pieces: tuple[int, ...], prompt_len: int) -> Request:
     return Request(rid, 0.0, prompt_len, 2, prompt_pieces=pieces, prompt_piece_tokens=4)
 
 
-def _pool_with_cache() -> PrefixCachingAllocator:
+def _pool_with_cache() -> BlockManager:
     """8 blocks of 4: A (10 tokens, 2 full blocks) freed, then C holds 2 new blocks."""
     pool = PrefixCachingAllocator(8, 4)
     pool.allocate("A", 10, final_len=12, content=_req(0, (1, 2, 3), 10))

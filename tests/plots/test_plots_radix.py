@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
 from pagedsim import PagedAllocator, Request  # noqa: E402
+from pagedsim.memory.block_manager import BlockManager
 from pagedsim.memory.radix import RadixAllocator  # noqa: E402
 from pagedsim.plots import CATEGORY_COLORS  # noqa: E402
 from pagedsim.plots.radix_tree import radix_tree, tree_layout, tree_nodes  # noqa: E402
@@ -21,7 +22,7 @@ def _req(rid: int, pieces: tuple[int, ...], prompt_len: int) -> Request:
     return Request(rid, 0.0, prompt_len, 2, prompt_pieces=pieces, prompt_piece_tokens=4)
 
 
-def _pool() -> RadixAllocator:
+def _pool() -> BlockManager:
     """A's 3 pages cached, B (sharing A's first 2) and C (sharing 1) running."""
     pool = RadixAllocator(16, 4)
     pool.allocate("A", 15, final_len=17, content=_req(0, (10, 11, 12, 13), 15))

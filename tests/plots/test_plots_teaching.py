@@ -36,6 +36,7 @@ from pagedsim.experiments import (  # noqa: E402
 )
 from pagedsim.experiments import writers as writers_module  # noqa: E402
 from pagedsim.experiments.sweeps import SWEEPS  # noqa: E402
+from pagedsim.memory.block_manager import BlockManager  # noqa: E402
 from pagedsim.plots import block_map, memory_timeline, sweep_curves  # noqa: E402
 from pagedsim.plots.block_map import grid_geometry  # noqa: E402
 from pagedsim.plots.palette import SHARED_COLOR, seq_colors  # noqa: E402
@@ -149,7 +150,7 @@ def test_timeline_without_queue_has_no_panels() -> None:
 # Block map: a shared block is one colour with its ref count in it
 
 
-def _forked(num_blocks: int = 16, block_size: int = 4) -> PagedAllocator:
+def _forked(num_blocks: int = 16, block_size: int = 4) -> BlockManager:
     """n = 3 parallel sampling: a 10-token prompt forked twice; one child then writes
     (copy-on-write of the last block)."""
     a = PagedAllocator(num_blocks=num_blocks, block_size=block_size)

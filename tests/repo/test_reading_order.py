@@ -1,0 +1,37 @@
+"""The README's first screen names the core's files in reading order, and they are the
+files one request really goes through (``scripts/walk.py`` follows it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _reading_order() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Read the core, in this order", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| \d+ \| `([^`]+)` \|", section, flags=re.M)
+
+
+def test_the_reading_order_is_on_the_first_screen():
+    head = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:45]
+    assert "## Read the core, in this order" in head
+    files = _reading_order()
+    assert len(files) == 5
+    assert all(f"`{f}`" in "\n".join(head) for f in files)
+    for f in files:
+        assert (ROOT / f).is_file(), f
+
+
+def test_one_request_goes_through_every_file_of_the_reading_order():
+    spec = importlib.util.spec_from_file_location("walk", ROOT / "scripts" / "walk.py")
+    walk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(walk)
+    result = walk.walk("paged", "v0", 40, 20)
+    walked = {f"pagedsim/{f}" for f, _ in result["functions_by_call"]}
+    assert set(_reading_order()) <= walked, set(_reading_order()) - walked
+    assert result["files"] == len({f for f, _ in result["functions_by_call"]})
+    assert result["calls"] >= result["functions"] > 0
