@@ -3,7 +3,11 @@ that keeps freed blocks' content, and the map from content hashes to blocks.
 
 * ``free``, the *free queue*: every block nobody holds, never-used and cached alike,
   least recently freed first; an ``OrderedDict`` gives O(1) remove (a hit takes a
-  cached block out of the middle) and append. New blocks come from its head.
+  cached block out of the middle) and append.
+* ``eviction``, which free blocks are handed out next (an :class:`EvictionPolicy`):
+  vLLM's :class:`LRU` by default, the free queue's head, least recently freed first;
+  another policy (:mod:`.eviction_lfu`) is one class that the pool tells which blocks
+  join the queue and which a hit takes back out.
 * ``hashes``: block -> the chained hash naming its content (None: not full, or content
   unknown). ``cached``: hash -> the block a lookup finds for that content, and ``dups``:
   hash -> the other blocks holding it, in the order they were named (vLLM v1 keeps
@@ -27,9 +31,41 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from itertools import islice
+from typing import Protocol
 
 from ..validate import check_int
 from .host_tier import HostTier
+
+
+class EvictionPolicy(Protocol):
+    """Which free blocks a :class:`BlockPool` hands out next (evicting the cached ones
+    among them). The pool reports every block that joins its free queue and every block a
+    hit takes back out, in the queue's order; the policy only orders, never owns."""
+
+    def freed(self, blocks: list[int]) -> None:
+        """``blocks`` joined the tail of the free queue, in this order."""
+
+    def touched(self, blocks: list[int]) -> None:
+        """A hit took ``blocks`` (cached, nobody held them) back out of the free queue."""
+
+    def victims(self, free: OrderedDict[int, None], n: int) -> list[int]:
+        """The next ``n`` blocks of ``free`` to hand out, in order (fewer when it holds
+        fewer); they leave the queue now."""
+
+
+class LRU:
+    """vLLM v1's eviction: the free queue's head first, least recently freed (a chain's
+    tail before its head, since a request frees its blocks tail first)."""
+
+    def freed(self, blocks: list[int]) -> None:
+        pass  # the queue's own order is the policy
+
+    def touched(self, blocks: list[int]) -> None:
+        pass
+
+    def victims(self, free: OrderedDict[int, None], n: int) -> list[int]:
+        # The head's keys read in one C-level pass: cheaper than popitem's tuple per block.
+        return list(islice(free, n))
 
 
 class BlockPool:
@@ -38,7 +74,8 @@ class BlockPool:
     caches = True
 
     def __init__(self, num_blocks: int, block_size: int = 16,
-                 host: HostTier | None = None) -> None:
+                 host: HostTier | None = None, eviction: EvictionPolicy | None = None
+                 ) -> None:
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
         self.block_size = check_int("block_size", block_size, minimum=1)
         # The free queue, least recently freed first (block 0 first at the start).
@@ -53,6 +90,8 @@ class BlockPool:
         self.evicted_blocks = 0
         self.on_release: Callable[[int, int], None] | None = None
         self.host = host  # the host tier evicted blocks are written back to, or None
+        self.eviction: EvictionPolicy = LRU() if eviction is None else eviction
+        self.eviction.freed(list(self.free))
 
     def get_num_free_blocks(self) -> int:
         """Blocks a new allocation may take (cached ones too: they are evicted)."""
@@ -68,21 +107,22 @@ class BlockPool:
 
     # ------------------------------------------------------------ handing out
     def get_new_block(self) -> int:
-        """The block at the head of the free queue (``IndexError`` when it is empty); a
-        cached one is evicted now."""
+        """The next block the eviction policy hands out (``IndexError`` when the queue is
+        empty); a cached one is evicted now."""
         if not self.free:
             raise IndexError("the free queue is empty")
         return self.get_new_blocks(1)[0]
 
     def get_new_blocks(self, n: int, new_hashes: list[int] | tuple = ()) -> list[int]:
-        """``n`` blocks from the head of the free queue (caller checked room), evicting
-        the cached ones among them (reported to ``on_release``); the first
+        """``n`` blocks from the free queue, in the eviction policy's order (the caller
+        checked room), evicting the cached ones among them (reported to ``on_release``);
+        the first
         ``len(new_hashes)`` are named by those hashes as they are taken (an admission's
         new full blocks: one pass instead of two on the simulator's hot path)."""
         free, names, cached, dups = self.free, self.hashes, self.cached, self.dups
-        # The head's keys read in one C-level pass, then deleted: cheaper than popitem's
-        # tuple per block.
-        out = list(islice(free, n))
+        if len(free) < n:
+            raise IndexError(f"the free queue holds {len(free)} blocks, not {n}")
+        out = self.eviction.victims(free, n)
         if len(out) < n:
             raise IndexError(f"the free queue holds {len(out)} blocks, not {n}")
         self.version += 1  # blocks evicted or named, maybe
@@ -146,6 +186,7 @@ class BlockPool:
         """Blocks nobody holds any more join the tail of the free queue, in order: named
         ones stay cached, the others are released (``on_release``) at once."""
         free, names, hook, bs = self.free, self.hashes, self.on_release, self.block_size
+        self.eviction.freed(blocks)
         if hook is None:  # the common case: count the unnamed ones (a partial last block)
             unnamed = 0
             for b in blocks:
@@ -166,6 +207,7 @@ class BlockPool:
     def touch(self, block: int) -> None:
         """A block nobody held is hit (or shared again): it leaves the free queue."""
         del self.free[block]
+        self.eviction.touched([block])
         if self.hashes[block] is not None:
             self.num_cached_blocks -= 1
 
@@ -177,6 +219,7 @@ class BlockPool:
             if names[b] is not None:
                 cached += 1
         self.num_cached_blocks -= cached
+        self.eviction.touched(blocks)
 
     # ---------------------------------------------------------------- names
     def get_cached_block(self, h: int) -> int | None:

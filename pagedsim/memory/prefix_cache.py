@@ -34,7 +34,7 @@ that keeps freed blocks' content (:mod:`pagedsim.memory.block_pool`, as
 from __future__ import annotations
 
 from .block_manager import BlockManager
-from .block_pool import BlockPool
+from .block_pool import BlockPool, EvictionPolicy
 from .hash_cache import HashCache
 from .host_tier import HostTier
 
@@ -42,8 +42,10 @@ __all__ = ["PrefixCachingAllocator"]
 
 
 def PrefixCachingAllocator(num_blocks: int, block_size: int = 16,  # noqa: N802
-                           dedup: bool = False, host: HostTier | None = None) -> BlockManager:
+                           dedup: bool = False, host: HostTier | None = None,
+                           eviction: EvictionPolicy | None = None) -> BlockManager:
     """A paged pool whose freed full blocks stay reusable until their memory is needed:
-    the block manager over vLLM v1's pool, with the hash policy."""
-    pool = BlockPool(num_blocks, block_size, host)
+    the block manager over vLLM v1's pool, with the hash policy. ``eviction``: which free
+    blocks the pool hands out first (None: vLLM's LRU, :class:`~.block_pool.LRU`)."""
+    pool = BlockPool(num_blocks, block_size, host, eviction)
     return BlockManager(pool, HashCache(pool), dedup=dedup, kind="prefix-cache")

@@ -27,6 +27,7 @@ from ..models.specs import ModelSpec, get_model
 from ..validate import check_int
 from .base import Allocator
 from .block_manager import BlockManager
+from .block_pool import EvictionPolicy
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .host_tier import HostTier, tier
 from .hybrid import HybridAllocator
@@ -191,10 +192,11 @@ register(Scheme(
     "copy-on-write", "paged", "blocks", _paged, paper_key="paged"))
 
 
-def _prefix_cache(dedup: bool) -> Callable[[PoolSpec], Allocator]:
+def _prefix_cache(dedup: bool, eviction: Callable[[], EvictionPolicy] | None = None
+                  ) -> Callable[[PoolSpec], Allocator]:
     def build(pool: PoolSpec) -> BlockManager:
         return PrefixCachingAllocator(_paged(pool).num_blocks, pool.block_size, dedup,
-                                      pool.host_tier())
+                                      pool.host_tier(), None if eviction is None else eviction())
     return build
 
 
