@@ -29,6 +29,7 @@ from .base import Allocator
 from .block_manager import BlockManager
 from .block_pool import EvictionPolicy
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
+from .eviction_lfu import LFU
 from .host_tier import HostTier, tier
 from .hybrid import HybridAllocator
 from .hybrid_groups import hybrid_layout
@@ -204,6 +205,10 @@ register(Scheme(
     "prefix-cache", "automatic prefix caching (vLLM v1): paged blocks named by chained "
     "hashes stay cached after their request ends; one LRU free queue, evicted lazily",
     "paged", "blocks", _prefix_cache(False)))
+register(Scheme(
+    "prefix-cache-lfu", "automatic prefix caching with LFU eviction: the free block whose "
+    "content hits reused least often goes first (then the least recently freed)", "paged",
+    "blocks", _prefix_cache(False, LFU)))
 register(Scheme(
     "prefix-cache-dedup", "prefix caching that de-duplicates (vLLM v0): a block that fills "
     "with content already cached switches to the cached copy", "paged", "blocks",
