@@ -32,7 +32,9 @@ LLAMA3_8B = (32, 32, 8, 128, 2)
 OPT_13B = (40, 40, 40, 128, 2)
 OPT_175B = (96, 96, 96, 128, 2)
 A100_40GB, A100_80GB = 40960 * MiB, 81920 * MiB  # as nvidia-smi reports them
-FAST = settings(max_examples=30, deadline=None)
+# Derandomized: every grading run tries the same examples, so the same files always get
+# the same grade (the plugin derandomizes too; this keeps a bare pytest run the same).
+FAST = settings(max_examples=30, deadline=None, derandomize=True, database=None)
 
 
 @st.composite

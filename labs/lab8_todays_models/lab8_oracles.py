@@ -65,8 +65,9 @@ def oracle(config: dict, memory: int, max_model_len: int, **kw) -> VllmKVCache:
 
 @st.composite
 def configs(draw: st.DrawFn) -> dict:
-    """A config.json of a shape pagedsim reads: plain, GQA, MLA, all sliding, or layers
-    of both kinds listed in ``layer_types``; head_dim given or from hidden_size."""
+    """A config.json of a shape pagedsim reads and the handout calls valid (every number
+    one that ``int_field`` takes): plain, GQA, MLA, all sliding, or layers of both kinds
+    listed in ``layer_types``; head_dim given or from hidden_size."""
     kv_heads = draw(st.sampled_from([1, 2, 4, 8, 16]))
     heads = kv_heads * draw(st.sampled_from([1, 2, 4, 8]))
     num_layers = draw(st.integers(1, 64))
@@ -81,7 +82,10 @@ def configs(draw: st.DrawFn) -> dict:
     window = draw(st.sampled_from([128, 512, 1024, 4096]))
     if shape == "mla":
         cfg.update(kv_lora_rank=draw(st.sampled_from([128, 256, 512])),
-                   qk_rope_head_dim=draw(st.sampled_from([0, 32, 64])))
+                   # >= 1: the handout's int_field refuses 0, so a reader that checks
+                   # qk_rope_head_dim with it must not lose points for a config the
+                   # handout calls invalid.
+                   qk_rope_head_dim=draw(st.sampled_from([32, 64])))
     elif shape in ("sliding", "layer_types"):
         cfg["sliding_window"] = window
         if shape == "layer_types":

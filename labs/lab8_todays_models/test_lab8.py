@@ -31,7 +31,9 @@ from lab8_oracles import (
     tp_for,
 )
 
-FAST = settings(max_examples=30, deadline=None)
+# Derandomized: every grading run tries the same examples, so the same files always get
+# the same grade (the plugin derandomizes too; this keeps a bare pytest run the same).
+FAST = settings(max_examples=30, deadline=None, derandomize=True, database=None)
 
 # --------------------------------------------------------------------------------------
 # Task 8.1: a config.json's layers.

@@ -1,0 +1,57 @@
+"""Grades a student can trust (issue 35): the same files get the same grade on every run,
+a solution the handout allows gets full marks, and a planted mistake costs points in its
+own task only, with feedback that names the concept.
+
+Each test grades a few files with the real graders (a second or a few each); the planted
+mistakes are the labs' own mutants (``labs/*/mutants.py``), graded in full here (the
+suite's ``test_mutant_is_caught`` stops at their first failure).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pagedsim.labs import get_lab, grade
+
+ROOT = Path(__file__).resolve().parents[2]
+LABS_DIR = ROOT / "labs"
+
+
+def _write_variant(lab_id: int, old: str, new: str, out: Path) -> Path:
+    """The reference of lab ``lab_id`` with ``old`` (once in its first student file)
+    replaced by ``new``, written as a student's lab folder under ``out``."""
+    lab = get_lab(lab_id, LABS_DIR)
+    folder = out / lab.folder
+    folder.mkdir(parents=True)
+    for name in lab.student_files:
+        text = (lab.path / name).read_text(encoding="utf-8")
+        if name == lab.student_files[0]:
+            assert text.count(old) == 1, f"{old!r} is not once in {name}"
+            text = text.replace(old, new)
+        (folder / name).write_text(text, encoding="utf-8")
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The same files, the same grade; what the handout allows, full marks.
+
+#: Solutions that differ from the reference in a way the handout allows (lab, old, new,
+#: why). Each must get full marks on every one of three runs.
+HANDOUT_VALID = [
+    # The docstring says "A missing or bad number raises ValueError (int_field does it)":
+    # a student who reads qk_rope_head_dim with int_field refuses 0. The graders used to
+    # draw qk_rope_head_dim = 0 now and then (92.59, 92.15, 95.72 on three runs).
+    (8, 'text.get("qk_rope_head_dim", 0)', 'int_field(text, "qk_rope_head_dim")',
+     "qk_rope_head_dim read with int_field"),
+]
+
+
+@pytest.mark.parametrize(("lab_id", "old", "new", "why"), HANDOUT_VALID,
+                         ids=[v[3] for v in HANDOUT_VALID])
+def test_a_solution_the_handout_allows_gets_full_marks_every_time(
+        lab_id: int, old: str, new: str, why: str, tmp_path: Path) -> None:
+    tree = _write_variant(lab_id, old, new, tmp_path)
+    runs = [grade(lab_id, path=tree, labs_dir=LABS_DIR) for _ in range(3)]
+    assert [r.score for r in runs] == [runs[0].lab.max_score] * 3, runs[0].table()
