@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pagedsim.labs import get_lab, grade
+from pagedsim.labs.mutants import get_mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS_DIR = ROOT / "labs"
@@ -55,3 +56,27 @@ def test_a_solution_the_handout_allows_gets_full_marks_every_time(
     tree = _write_variant(lab_id, old, new, tmp_path)
     runs = [grade(lab_id, path=tree, labs_dir=LABS_DIR) for _ in range(3)]
     assert [r.score for r in runs] == [runs[0].lab.max_score] * 3, runs[0].table()
+
+
+# --------------------------------------------------------------------------------------
+# One mistake, one task: a planted mistake loses points in its own task only, and that
+# task's feedback names the concept in the lab's words.
+
+#: (lab, mutant of the lab's mutants.py, words its task's feedback must contain).
+TASK_LOCAL = [
+    (3, "free-forward-order", "blocks must be freed last-first"),
+]
+
+
+@pytest.mark.parametrize(("lab_id", "mutant", "concept"), TASK_LOCAL,
+                         ids=[f"lab{lab}-{m}" for lab, m, _ in TASK_LOCAL])
+def test_a_planted_mistake_costs_points_in_its_own_task_only(
+        lab_id: int, mutant: str, concept: str) -> None:
+    lab = get_lab(lab_id, LABS_DIR)
+    own = set(get_mutant(lab, mutant).caught_by)
+    result = grade(lab_id, mutant=mutant, labs_dir=LABS_DIR)
+    lost = {t.marker for t in result.tasks if t.lost_points}
+    assert lost == own, f"{mutant} should lose points in {sorted(own)} only:\n" \
+                        + result.table()
+    for marker in own:
+        assert concept in result.task(marker).output, result.task(marker).output
