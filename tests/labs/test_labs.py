@@ -12,9 +12,11 @@ labs/README.md.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import queue
+import re
 import shutil
 import stat
 import subprocess
@@ -598,6 +600,46 @@ def test_plugin_refuses_a_property_test_that_draws_random_examples(tmp_path: Pat
     assert result.score == 0 and all(t.tests == 0 for t in result.tasks)
     assert any("test_lab1.py::test_property draws random examples" in e
                for e in result.errors), result.errors
+
+
+#: Words that describe how the grading machine confines a student's process.
+_MACHINE_WORDS = ("Landlock", "namespace", "unshare", "uid", "nobody", "root", "sandbox",
+                  "unprivileged", "process of its own", "limits:", "network:")
+_PATH_IN_TEXT = re.compile(r"(?:^|[\s'\"(\[=:,])/[\w.@+~-]")
+
+
+def test_a_students_report_names_nothing_of_the_grading_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A failure that names a path of the graders' machine, and student code that prints
+    its own folder: the student's table and results.json (the CLI's default) hold no
+    absolute path, no user name and no word of how the process was confined; the
+    instructor's (``--instructor``) keep them."""
+    tests = _TOY_TESTS.replace("assert adapters.value() == 2",
+                               "assert adapters.value() == 2, pytest.__file__")
+    labs = _toy_lab(tmp_path / "labs", tests)
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "toy.py").write_text("import pathlib\n\nprint('in', pathlib.Path.cwd())\n\n\n"
+                                    "def value():\n    return 1\n")
+    monkeypatch.setenv("PAGEDSIM_LABS_DIR", str(labs))
+    monkeypatch.delenv("PAGEDSIM_LABS_INSTRUCTOR", raising=False)
+    reports = {}
+    for flags in ((), ("--json",), ("--instructor",), ("--json", "--instructor")):
+        status, out, err = _cli(capsys, "labs", "grade", "1", "--path", str(student), *flags)
+        assert status == 0 and err == "", err
+        reports[flags] = out
+    users = {getpass.getuser(), os.environ.get("PAGEDSIM_LABS_USER", "nobody")}
+    for flags in ((), ("--json",)):
+        report = reports[flags]
+        assert "test_two: failed" in report and "in " in report, report
+        assert not _PATH_IN_TEXT.search(report), report
+        assert str(tmp_path) not in report and str(ROOT) not in report
+        named = [w for w in (*_MACHINE_WORDS, *users) if re.search(rf"\b{re.escape(w)}", report)]
+        assert not named, f"the student's report names {named}:\n{report}"
+    for flags in (("--instructor",), ("--json", "--instructor")):
+        assert "process of its own" in reports[flags]
+        assert _PATH_IN_TEXT.search(reports[flags]), reports[flags]
 
 
 def test_without_a_labs_folder_a_student_tree_grades_itself(
