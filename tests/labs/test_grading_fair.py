@@ -65,6 +65,7 @@ def test_a_solution_the_handout_allows_gets_full_marks_every_time(
 #: (lab, mutant of the lab's mutants.py, words its task's feedback must contain).
 TASK_LOCAL = [
     (3, "free-forward-order", "blocks must be freed last-first"),
+    (5, "lookup-without-last-token-rule", "the last-token rule"),
     (8, "mla-k-and-v", "MLA caches its latent once per token"),
 ]
 
