@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from pagedsim.labs.lending import lend
 from pagedsim.models.hf_config import model_from_config
 from pagedsim.models.kv_spec import LayerKV, kv_dtype_bytes, shard_for_tp
 from pagedsim.models.model_presets import preset_entries
@@ -174,27 +175,13 @@ REFERENCE: dict[str, tuple[str, Callable]] = {
 TASK_ORDER = ("lab8_1", "lab8_2", "lab8_3", "lab8_4")
 
 
-@contextlib.contextmanager
-def lent(module: object, task: str) -> Iterator[None]:
+def lent(module: object, task: str) -> contextlib.AbstractContextManager[None]:
     """While a test of ``task`` runs, the functions of the tasks before it in ``module``
-    (your ``sizing_lab``, in its own process) are pagedsim's: your function for ``task``
-    runs with the right layers and bytes under it, so a mistake in an earlier task costs
-    points in that task only. Yours are put back afterwards. Functions your module does not
-    have are left alone (you may organise it as you like)."""
+    (your ``sizing_lab``, in its own process) are pagedsim's
+    (:func:`pagedsim.labs.lending.lend`): your function for ``task`` runs with the right
+    layers and bytes under it, so a mistake in an earlier task costs points in that task
+    only. Yours are put back afterwards; functions your module does not have are left
+    alone (you may organise it as you like)."""
     earlier = TASK_ORDER[:TASK_ORDER.index(task)]
-    # Graded, your module is a proxy of the one in your code's process, which it imports on
-    # first use (and again after that process ended): touch it, then take that module.
-    getattr(module, "read_layers", None)
-    remote = getattr(module, "__dict__", {}).get("_module")
-    target = remote if remote is not None else module  # the worker's module, or a local one
-    saved = {}
-    for name, (owner, func) in REFERENCE.items():
-        if owner in earlier and hasattr(target, name):
-            saved[name] = getattr(target, name)
-            setattr(target, name, func)
-    try:
-        yield
-    finally:
-        for name, func in saved.items():
-            with contextlib.suppress(Exception):  # the process may have ended meanwhile
-                setattr(target, name, func)
+    return lend(module, {name: func for name, (owner, func) in REFERENCE.items()
+                         if owner in earlier})

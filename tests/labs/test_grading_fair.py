@@ -9,11 +9,13 @@ suite's ``test_mutant_is_caught`` stops at their first failure).
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
 
 from pagedsim.labs import get_lab, grade
+from pagedsim.labs.lending import lend
 from pagedsim.labs.mutants import get_mutant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +66,7 @@ def test_a_solution_the_handout_allows_gets_full_marks_every_time(
 
 #: (lab, mutant of the lab's mutants.py, words its task's feedback must contain).
 TASK_LOCAL = [
+    (1, "gqa-ignored", "for each KV head (num_kv_heads = 8), not for each query head"),
     (3, "free-forward-order", "blocks must be freed last-first"),
     (5, "lookup-without-last-token-rule", "the last-token rule"),
     (8, "mla-k-and-v", "MLA caches its latent once per token"),
@@ -82,3 +85,17 @@ def test_a_planted_mistake_costs_points_in_its_own_task_only(
                         + result.table()
     for marker in own:
         assert concept in result.task(marker).output, result.task(marker).output
+
+
+def test_lend_replaces_a_modules_functions_for_a_block_only() -> None:
+    """Run by hand (a plainly imported module): the module's globals are swapped in the
+    block, names it lacks are skipped, its own functions come back after, an error too."""
+    module = types.ModuleType("student")
+    exec("def helper():\n    return 'mine'\n\ndef task():\n    return helper()\n",
+         module.__dict__)
+    with lend(module, {"helper": lambda: "reference", "absent": lambda: None}):
+        assert module.task() == "reference" and not hasattr(module, "absent")
+    assert module.task() == "mine"
+    with pytest.raises(RuntimeError), lend(module, {"helper": lambda: "reference"}):
+        raise RuntimeError("a failing test")
+    assert module.task() == "mine"
