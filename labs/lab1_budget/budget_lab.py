@@ -12,8 +12,8 @@ You write four small pieces of arithmetic (tasks 1.1 to 1.4 of the handout, READ
 Units: every size is in bytes (``int``); 1 GiB = 2**30 bytes. Lengths are in tokens.
 The graders only call the functions through ``adapters.py``; keep the names and
 signatures of the functions below (you may add helpers of your own). Do not import
-pagedsim's ``budget`` or ``specs`` modules: they compute these numbers, and the grader
-scores a submission that imports them 0.
+``pagedsim.models.budget``, ``pagedsim.models.specs`` or ``pagedsim.models.model_spec``:
+they compute these numbers, and the grader scores a submission that imports them 0.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ One marker per task (``lab3_1`` ... ``lab3_6``). The graders reach your code onl
 and pagedsim's scheduler and simulator on your allocator, and compares the simulated run
 step by step with the same run on pagedsim's ``PagedAllocator``. Expected numbers were
 computed once with ``pagedsim.PagedAllocator`` on the same calls.
+
+Task-local: the tests of tasks 3.3 and 3.4 free sequences with
+:func:`free_as_the_handout_says`, not with your ``free``, so that a mistake in ``free``
+(task 3.5) costs points in task 3.5 only.
 """
 
 from __future__ import annotations
@@ -29,6 +33,24 @@ PHASES = tuple(Phase) if os.environ.get("LAB_SHRINK") == "1" else (Phase.explici
 MACHINE = settings(max_examples=20, stateful_step_count=30, deadline=None, derandomize=True,
                    database=None, phases=PHASES, suppress_health_check=list(HealthCheck))
 OOM = adapters.OutOfMemoryError
+
+
+def free_as_the_handout_says(pool, seq_id):
+    """Task 3.5's ``free``, done here on your allocator's state (its ``free_blocks``,
+    ``ref_counts``, ``block_tables`` and ``seq_lens``) instead of by your ``free``: the
+    tests of tasks 3.3 and 3.4 free with it, so that a mistake in your ``free`` costs
+    points in task 3.5 only. One reference less per block, last block first; a block left
+    with none goes back on the free list."""
+    lab = pool.lab
+    table = list(lab.block_tables[seq_id])
+    del lab.block_tables[seq_id]
+    del lab.seq_lens[seq_id]
+    refs = lab.ref_counts
+    for block in reversed(table):
+        refs[block] -= 1
+        if refs[block] == 0:
+            lab.free_blocks.append(block)
+    pool._final.pop(seq_id, None)
 
 
 def notebook03_pool():
@@ -102,7 +124,7 @@ def test_notebook03_slot_mapping():
     pool = notebook03_pool()
     assert pool.slot_mapping("A") == [0, 1, 2, 3, 4, 5]
     assert pool.slot_mapping("B") == list(range(8, 17))
-    pool.free("A")
+    free_as_the_handout_says(pool, "A")
     pool.allocate("C", 14, 16)  # A's blocks come back first: [0, 1, 5, 6]
     assert pool.slot_mapping("C") == [0, 1, 2, 3, 4, 5, 6, 7, 20, 21, 22, 23, 24, 25]
 
@@ -112,7 +134,7 @@ def test_slot_mapping_follows_scattered_tables():
     pool = adapters.LabPaged(8, 4)
     pool.allocate("x", 4, 4)  # [0]
     pool.allocate("y", 4, 4)  # [1]
-    pool.free("x")
+    free_as_the_handout_says(pool, "x")
     pool.allocate("z", 10, 10)  # [0, 2, 3]
     assert pool.block_table("z") == [0, 2, 3]
     assert pool.slot_mapping("z") == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13]
@@ -141,7 +163,7 @@ def test_append_out_of_blocks():
         pool.append_slot("nobody")
     assert pool.snapshot() == before
     pool.allocate("e", 0, 2)
-    pool.free("s")  # blocks go back last first: 1, then 0, which is now on top
+    free_as_the_handout_says(pool, "s")  # last first: 1, then 0, which is now on top
     assert pool.append_slot("e") == (0, None)  # the first token takes a block
 
 
@@ -154,6 +176,11 @@ def test_notebook03_free_and_reuse():
     pool.free("A")
     assert sorted(pool.free_block_ids()) == [0, 1, 5, 6, 7, 8, 9, 10, 11]
     assert [pool.ref_count(b) for b in (0, 1, 5)] == [0, 0, 0]
+    assert pool.free_block_ids()[-3:] == [5, 1, 0], (
+        "free: blocks must be freed last-first (walk the block table from its last block), "
+        "so that the free list, a stack, hands A's blocks out again in A's order; after "
+        f"freeing A = [0, 1, 5] the top of your free list is {pool.free_block_ids()[-3:]}, "
+        "expected [5, 1, 0] (block 0 on top)")
     pool.allocate("C", 14, 16)
     pool.allocate("D", 5, 8)
     assert pool.block_table("C") == [0, 1, 5, 6]  # freed last block first: same order back

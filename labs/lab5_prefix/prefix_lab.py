@@ -24,8 +24,8 @@ sequence lives in slot ``block_table[i // block_size] * block_size + i % block_s
 Token ids are plain ints. Errors: ``OutOfMemoryError`` when the free queue cannot supply
 the blocks asked for, ``ValueError`` for bad input (an unknown or duplicate sequence id, an
 empty prompt); a failed call changes nothing. Do not import ``pagedsim.memory``,
-``pagedsim.workloads.prompts`` or ``pagedsim.experiments.cache_replay`` (the grader refuses a file
-that does).
+``pagedsim.workloads.prompts``, ``pagedsim.workloads.block_hashes`` or
+``pagedsim.experiments.cache_replay`` (the grader refuses a file that does).
 """
 
 from __future__ import annotations

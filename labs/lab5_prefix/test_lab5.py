@@ -8,6 +8,9 @@ allocator gives for the same calls. The request streams' numbers were computed o
 serving the same stream with :class:`Oracle` (pagedsim's ``PrefixCachingAllocator``
 behind the same calls), see :func:`serve`. The state machine compares your cache with
 that oracle after every call.
+
+Task-local: task 5.4's tests run your cache with task 5.3's ``lookup`` done as the handout
+says (:class:`Task54Cache`), so that breaking the last-token rule costs points in 5.3 only.
 """
 
 from __future__ import annotations
@@ -43,6 +46,39 @@ MACHINE = settings(max_examples=20, stateful_step_count=25, deadline=None, deran
                    database=None, phases=PHASES, suppress_health_check=list(HealthCheck))
 OOM = adapters.OutOfMemoryError
 BS = 16
+
+
+def lookup_as_the_handout_says(cache: adapters.LabCache):
+    """Task 5.3's ``lookup``, done here on your cache's state (its ``cached`` map, with
+    your task 5.1 hashes) instead of by your ``lookup``."""
+    def lookup(tokens: Sequence[int]) -> list[int]:
+        most = max(len(tokens) - 1, 0) // cache.block_size
+        cached = cache.lab.cached
+        hits: list[int] = []
+        for h in adapters.block_hashes(tokens, cache.block_size)[:most]:
+            blocks = cached.get(h)
+            if not blocks:
+                break
+            hits.append(blocks[0])
+        return hits
+    return lookup
+
+
+class Task54Cache(adapters.LabCache):
+    """Your cache, as task 5.4's tests see it: its ``lookup`` (task 5.3's, which your
+    ``allocate`` calls too) is :func:`lookup_as_the_handout_says`, so that a mistake in
+    ``lookup`` (the last-token rule) costs points in task 5.3 only."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
+        super().__init__(num_blocks, block_size)
+        self.lab.lookup = lookup_as_the_handout_says(self)
+
+
+@pytest.fixture(autouse=True)
+def _task_54_looks_up_as_the_handout_says(request: pytest.FixtureRequest,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("lab5_4") is not None:
+        monkeypatch.setattr(adapters, "LabCache", Task54Cache)
 
 
 def piece(p: int) -> list[int]:
@@ -257,7 +293,12 @@ def test_last_token_rule_a_prompt_of_exactly_three_cached_blocks_hits_two():
     r = toks(10, 11, 12)
     cache.allocate(1, r)
     cache.free(1)
-    assert cache.lookup(r) == 2 * BS  # the third block's last token must be computed
+    got = cache.lookup(r)
+    assert got == 2 * BS, (
+        f"lookup of a prompt of exactly 3 cached blocks gives {got} tokens, expected "
+        f"{2 * BS}: the last-token rule, the prompt's last token is always computed (its "
+        "logits give the first output token), so lookup hits whole blocks of at most "
+        "len(tokens) - 1 tokens")
     assert cache.lookup(r + [7]) == 3 * BS
     assert cache.lookup(r[:2 * BS + 1]) == 2 * BS and cache.lookup(r[:2 * BS]) == BS
     assert cache.lookup(r[:1]) == 0 and cache.lookup([]) == 0

@@ -9,15 +9,18 @@ Sizes are in bytes, lengths in tokens.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from pagedsim.labs.lending import lend
 from pagedsim.models.hf_config import model_from_config
-from pagedsim.models.kv_spec import kv_dtype_bytes, shard_for_tp
+from pagedsim.models.kv_spec import LayerKV, kv_dtype_bytes, shard_for_tp
 from pagedsim.models.model_presets import preset_entries
 from pagedsim.models.vllm_kv import VllmKVCache, vllm_kv_cache
 
@@ -45,9 +48,20 @@ PRESETS = {e["name"]: _with_layer_types(e["config"], e["name"]) for e in preset_
 CONFIGS = {**{k: _with_layer_types(v, k) for k, v in DATA["configs"].items()}, **PRESETS}
 
 
+def _readable(config: dict) -> dict:
+    """``config`` with a ``max_position_embeddings`` where it has none: pagedsim's reader
+    wants one (for the model's longest request), the handout's functions do not."""
+    text = config.get("text_config", config)
+    if not isinstance(text, dict) or text.get("max_position_embeddings") is not None:
+        return config
+    config = copy.deepcopy(config)
+    config.get("text_config", config)["max_position_embeddings"] = 1
+    return config
+
+
 def oracle_layers(config: dict, tp: int = 1) -> list[tuple[str, int, int, int]]:
     """pagedsim's layers of ``config`` as one of ``tp`` GPUs holds them."""
-    spec = model_from_config(config, "oracle")
+    spec = model_from_config(_readable(config), "oracle")
     return [(x.kind, x.num_kv_heads, x.head_dim, x.window_tokens)
             for x in (shard_for_tp(x, tp) for x in spec.kv_layers)]
 
@@ -65,8 +79,9 @@ def oracle(config: dict, memory: int, max_model_len: int, **kw) -> VllmKVCache:
 
 @st.composite
 def configs(draw: st.DrawFn) -> dict:
-    """A config.json of a shape pagedsim reads: plain, GQA, MLA, all sliding, or layers
-    of both kinds listed in ``layer_types``; head_dim given or from hidden_size."""
+    """A config.json of a shape pagedsim reads and the handout calls valid (every number
+    one that ``int_field`` takes): plain, GQA, MLA, all sliding, or layers of both kinds
+    listed in ``layer_types``; head_dim given or from hidden_size."""
     kv_heads = draw(st.sampled_from([1, 2, 4, 8, 16]))
     heads = kv_heads * draw(st.sampled_from([1, 2, 4, 8]))
     num_layers = draw(st.integers(1, 64))
@@ -81,7 +96,10 @@ def configs(draw: st.DrawFn) -> dict:
     window = draw(st.sampled_from([128, 512, 1024, 4096]))
     if shape == "mla":
         cfg.update(kv_lora_rank=draw(st.sampled_from([128, 256, 512])),
-                   qk_rope_head_dim=draw(st.sampled_from([0, 32, 64])))
+                   # >= 1: the handout's int_field refuses 0, so a reader that checks
+                   # qk_rope_head_dim with it must not lose points for a config the
+                   # handout calls invalid.
+                   qk_rope_head_dim=draw(st.sampled_from([32, 64])))
     elif shape in ("sliding", "layer_types"):
         cfg["sliding_window"] = window
         if shape == "layer_types":
@@ -110,3 +128,60 @@ def oracle_request(cfg: dict, num_tokens: int, dtype: str = "auto", tp: int = 1)
                                           if x.kind == "sliding" else num_tokens)
                for x in (shard_for_tp(x, tp)
                          for x in model_from_config(cfg, "oracle").kv_layers))
+
+
+# --------------------------------------------------------------------------------------
+# The handout's functions as pagedsim computes them, lent to your module while another
+# task's tests run (see :func:`lent`).
+
+
+def _as_layer(layer: tuple) -> LayerKV:
+    kind, kv_heads, head_dim, window = layer
+    return LayerKV(kind, kv_heads, head_dim, window)
+
+
+def reference_shard_layer(layer: tuple, tensor_parallel_size: int) -> tuple:
+    x = shard_for_tp(_as_layer(layer), tensor_parallel_size)
+    return (x.kind, x.num_kv_heads, x.head_dim, x.window_tokens)
+
+
+def reference_gpu_layers(config: dict, tensor_parallel_size: int = 1) -> list[tuple]:
+    heads = model_from_config(_readable(config), "oracle").num_heads
+    if (isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int)
+            or tensor_parallel_size < 1 or heads % tensor_parallel_size):
+        raise ValueError(f"tensor_parallel_size {tensor_parallel_size!r} must be >= 1 and "
+                         f"divide the {heads} attention heads")
+    return oracle_layers(config, tensor_parallel_size)
+
+
+#: sizing_lab's function name -> pagedsim's answer, for each function a task's tests may
+#: reach through your code; the task that asks for it.
+REFERENCE: dict[str, tuple[str, Callable]] = {
+    "read_layers": ("lab8_1", lambda config: oracle_layers(config)),
+    "kv_cache_dtype_bytes": ("lab8_2", lambda kv_cache_dtype: kv_dtype_bytes(kv_cache_dtype, 2)),
+    "shard_layer": ("lab8_2", reference_shard_layer),
+    "layer_bytes_per_token": ("lab8_2", lambda layer, dtype_bytes:
+                              _as_layer(layer).bytes_per_token(dtype_bytes)),
+    "gpu_layers": ("lab8_2", reference_gpu_layers),
+    "bytes_per_token": ("lab8_2", lambda config, kv_cache_dtype="auto", tensor_parallel_size=1:
+                        oracle(_readable(config), GiB, 16,
+                               tensor_parallel_size=tensor_parallel_size,
+                               kv_cache_dtype=kv_cache_dtype).bytes_per_token),
+    "request_kv_bytes": ("lab8_3", lambda config, num_tokens, kv_cache_dtype="auto",
+                         tensor_parallel_size=1:
+                         oracle_request(_readable(config), num_tokens, kv_cache_dtype,
+                                        tensor_parallel_size)),
+}
+TASK_ORDER = ("lab8_1", "lab8_2", "lab8_3", "lab8_4")
+
+
+def lent(module: object, task: str) -> contextlib.AbstractContextManager[None]:
+    """While a test of ``task`` runs, the functions of the tasks before it in ``module``
+    (your ``sizing_lab``, in its own process) are pagedsim's
+    (:func:`pagedsim.labs.lending.lend`): your function for ``task`` runs with the right
+    layers and bytes under it, so a mistake in an earlier task costs points in that task
+    only. Yours are put back afterwards; functions your module does not have are left
+    alone (you may organise it as you like)."""
+    earlier = TASK_ORDER[:TASK_ORDER.index(task)]
+    return lend(module, {name: func for name, (owner, func) in REFERENCE.items()
+                         if owner in earlier})

@@ -69,6 +69,11 @@ def add_labs(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--timeout", metavar="SECONDS", type=float, default=600.0,
                    help="stop the graders after this many seconds, at most 86400 "
                         "(default: 600)")
+    q.add_argument("--instructor", action="store_true",
+                   help="the instructor's report: paths in full and how the student's "
+                        "process was confined (its user, limits, Landlock, network); "
+                        "$PAGEDSIM_LABS_INSTRUCTOR=1 does the same. Without it the report "
+                        "is the student's: it names nothing of the grading machine")
     q.add_argument("--uploaded", metavar="DIR",
                    help="the folder the files were uploaded to, named with what it holds "
                         "when a student file is missing (the autograder passes its "
@@ -122,10 +127,13 @@ def run_grade(args: argparse.Namespace) -> int:
     check_timeout(args.timeout, "argument --timeout")
     result = grade(args.lab, path=args.path, mutant=args.mutant, timeout_s=args.timeout,
                    tasks=args.task, uploaded=args.uploaded)
+    from ..labs.results import instructor_default
+
+    instructor = args.instructor or instructor_default()
     if args.json:
-        print(json.dumps(result.to_gradescope(), indent=1))
+        print(json.dumps(result.to_gradescope(instructor), indent=1))
     else:
-        print(result.table())
+        print(result.table(instructor))
     return 0
 
 

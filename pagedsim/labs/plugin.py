@@ -6,8 +6,9 @@ Run from a lab folder (the folder holding ``lab.json``), it
    task and ``--strict-markers`` accepts them;
 2. refuses a test with no task marker, with two, or with a ``lab<N>_<k>`` marker the lab
    does not have (a usage error: pytest stops before running anything);
-3. loads a hypothesis profile without the slow explain phase (see
-   :func:`_hypothesis_profile`);
+3. loads a hypothesis profile without the slow explain phase and with fixed examples (see
+   :func:`_hypothesis_profile`), and refuses a property test whose own settings draw
+   random examples (the same files must always get the same grade);
 4. when ``$PAGEDSIM_LABS_RESULTS`` names a file, appends one JSON object per line to it: a
    ``test`` record per test (node id, task marker, outcome ``passed`` / ``failed`` /
    ``skipped``, a short failure text, duration in seconds) as each test finishes, so a
@@ -152,7 +153,9 @@ def _kill_orphans() -> None:
 
 
 def _hypothesis_profile() -> None:
-    """Grade with hypothesis's explain phase off, no example database and no deadline.
+    """Grade with hypothesis's explain phase off, no example database, no deadline and
+    derandomized (the examples a property tries depend only on the test, not on a seed
+    drawn per run: a student who grades the same files again gets the same grade).
 
     When a property fails, the explain phase re-runs it many times to say which inputs
     mattered; on a starter, where every property fails at once, it dominates the run (on
@@ -170,7 +173,7 @@ def _hypothesis_profile() -> None:
     # No deadline and no too-slow health check: a score must not depend on the machine's
     # speed or load (every call into the student's code is a round trip to its process).
     settings.register_profile("pagedsim-labs", parent=settings.default, phases=phases,
-                              database=None, deadline=None,
+                              database=None, deadline=None, derandomize=True,
                               suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("pagedsim-labs")
 
@@ -213,12 +216,26 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                             f"{', '.join(known)}")
         else:
             _state["item_markers"][item.nodeid] = names.pop()
+        random = _draws_random_examples(item)
+        if random:
+            problems.append(f"{item.nodeid} {random}")
     for problem in problems:
         _write({"kind": "error", "nodeid": "", "text": problem})
     _state["refused"] = bool(problems)  # then nothing runs (and nothing is collected)
     if problems:
         raise pytest.UsageError(problems[0] + (f" (and {len(problems) - 1} more)"
                                                if len(problems) > 1 else ""))
+
+
+def _draws_random_examples(item: pytest.Item) -> str:
+    """Why a hypothesis test would try other examples on each run ("" if it would not):
+    its own ``@settings(derandomize=False)`` (the profile above derandomizes every test
+    whose settings leave it unset)."""
+    use = getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
+    if use is None or getattr(use, "derandomize", True):
+        return ""
+    return ("draws random examples (derandomize=False): the same files would get another "
+            "grade on each run; give its settings derandomize=True")
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

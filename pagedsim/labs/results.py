@@ -1,14 +1,38 @@
 """What a grader run returns: points per task, and its two printed forms (a table for
-people, Gradescope's ``results.json`` for the autograder)."""
+people, Gradescope's ``results.json`` for the autograder).
+
+Both forms are the student's by default: they say nothing about the machine that graded
+(how the student's process was confined, which user it ran as, where the files lay; a
+path is cut to its last part). An instructor sees all of it with ``instructor=True``
+(``pagedsim labs grade --instructor``, or ``$PAGEDSIM_LABS_INSTRUCTOR=1``).
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 from .meta import LabInfo
 
 #: Characters of the student's printed output shown in the table and in results.json.
 SHOWN_OUTPUT_CHARS = 2000
+#: Set to 1 to print the instructor's report (as ``--instructor`` does).
+INSTRUCTOR_ENV = "PAGEDSIM_LABS_INSTRUCTOR"
+#: An absolute path (``/tmp/pagedsim-lab3-x/test_lab3.py``): not after a word, a dot or a
+#: slash, so that ``3/4`` and ``MB/s`` are left alone.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w./~-])(?:/[\w.@+~-]+)+/?")
+
+
+def instructor_default() -> bool:
+    """Whether ``$PAGEDSIM_LABS_INSTRUCTOR`` asks for the instructor's report."""
+    return os.environ.get(INSTRUCTOR_ENV, "") not in ("", "0")
+
+
+def for_students(text: str) -> str:
+    """``text`` with every absolute path cut to its last part (a file's name, a folder's):
+    where the grading machine keeps its files is nobody's business but its owner's."""
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(0).rstrip("/").rsplit("/", 1)[-1], text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,25 +98,37 @@ class LabResult:
         """Task marker -> points scored."""
         return {t.marker: t.score for t in self.tasks}
 
-    def to_gradescope(self) -> dict:
+    def to_gradescope(self, instructor: bool = False) -> dict:
         """Gradescope's ``results.json``: ``score``, a top-level ``output`` and one entry per
-        task with ``name`` (``lab1_1: title``), ``score``, ``max_score`` and ``output``."""
+        task with ``name`` (``lab1_1: title``), ``score``, ``max_score`` and ``output``.
+        A student's (the default) names no path of the grading machine; an instructor's
+        also says how the student's process was confined."""
+        show = _shown(instructor)
         return {
             "score": _round(self.score),
-            "output": self._summary(),
+            "output": self._summary(instructor),
             "tests": [{"name": f"{t.marker}: {t.title}", "score": _round(t.score),
-                       "max_score": _round(t.points), "output": t.output}
+                       "max_score": _round(t.points), "output": show(t.output)}
                       for t in self.tasks],
         }
 
-    def _summary(self) -> str:
+    def _summary(self, instructor: bool = False) -> str:
         lines = [f"lab {self.lab.id} ({self.lab.title}): {_fmt(self.score)} of "
                  f"{_fmt(self.max_score)} points"]
         if self.message:
             lines.append(self.message)
         lines += self.errors
         lines += self._printed()
-        return "\n".join(lines)
+        if instructor:
+            lines += self._confinement()
+        return _shown(instructor)("\n".join(lines))
+
+    def _confinement(self) -> list[str]:
+        """How the student's process was confined (the instructor's report only: it names
+        the grading machine's users, paths and kernel features)."""
+        if not self.sandbox:
+            return []
+        return ["the graded code ran in a process of its own: " + "; ".join(self.sandbox)]
 
     def _printed(self) -> list[str]:
         """What the student's code printed: how much, and its start (cut, and said so)."""
@@ -104,8 +140,10 @@ class LabResult:
             f"; the first {len(shown):,} characters (the rest was cut):" if cut else ":")
         return [head, shown.rstrip("\n")]
 
-    def table(self) -> str:
-        """A per-task points table, then why points were lost."""
+    def table(self, instructor: bool = False) -> str:
+        """A per-task points table, then why points were lost. A student's (the default)
+        names no path, user or confinement of the grading machine; an instructor's ends
+        with how the student's process was confined."""
         head = f"lab {self.lab.id}: {self.lab.title} (graded: {self.graded})"
         rows = [("task", "title", "points", "tests passed")]
         rows += [(t.marker, t.title, f"{_fmt(t.score)}/{_fmt(t.points)}",
@@ -126,10 +164,16 @@ class LabResult:
                       if t.lost_points and t.output]
         if notes:
             lines += ["", *notes]
-        if self.sandbox:
-            lines += ["", "the graded code ran in a process of its own: " + "; ".join(self.sandbox)]
+        if instructor and self.sandbox:
+            lines += ["", *self._confinement()]
         lines.append(f"\n({self.duration_s:.1f} s)")
-        return "\n".join(lines)
+        return _shown(instructor)("\n".join(lines))
+
+
+def _shown(instructor: bool):
+    """What a report's text goes through: nothing for an instructor, :func:`for_students`
+    for a student."""
+    return (lambda text: text) if instructor else for_students
 
 
 def _round(x: float) -> float:

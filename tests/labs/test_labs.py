@@ -12,9 +12,11 @@ labs/README.md.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import queue
+import re
 import shutil
 import stat
 import subprocess
@@ -74,6 +76,8 @@ LAB_IDS = [f"lab{lab.id}" for lab in LABS]
 MUTANTS = [(lab, m) for lab in LABS for m in load_mutants(lab)]
 #: At most this many grader subprocesses at once (the suite's machine has 2 cores).
 JOBS = 2
+#: The reference is graded 1 + len(REGRADES) times (issue 35: a regrade gave another mark).
+REGRADES = (2, 3)
 
 
 # --------------------------------------------------------------------------------------
@@ -105,6 +109,9 @@ def graded(request: pytest.FixtureRequest, released: Path) -> dict[tuple[int, st
     for lab in sorted(LABS, key=lambda lab: not lab_requirements(lab)[1]):
         if lab.id in wanted:
             jobs[(lab.id, "reference")] = {}
+            # Graded twice more (forked, which saves the start-up): the same files must
+            # get the same grade on every run.
+            jobs.update({(lab.id, f"reference#{i}"): {} for i in REGRADES})
             jobs[(lab.id, "starter")] = {"path": released}
             # A mutant is caught once one test of its caught_by tasks fails: run only those
             # tasks and stop at the first failure (pytest -x).
@@ -160,6 +167,22 @@ def test_reference_gets_full_marks(lab, graded) -> None:
     for task in result.tasks:
         assert task.tests >= 1, f"{task.marker} has no test"
     assert result.full_marks, result.table()
+
+
+def _per_test(result: LabResult) -> list[tuple]:
+    """What a grade consists of: each task's points, tests passed and feedback."""
+    return [(t.marker, t.score, t.passed, t.tests, t.output) for t in result.tasks]
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_reference_gets_the_same_grade_three_times(lab, graded) -> None:
+    """Three grader runs of the same files: the same points and the same feedback, task by
+    task (every property test tries the same examples on every run)."""
+    runs = [_result(graded, (lab.id, "reference"))]
+    runs += [_result(graded, (lab.id, f"reference#{i}")) for i in REGRADES]
+    assert [r.score for r in runs] == [runs[0].score] * len(runs)
+    for again in runs[1:]:
+        assert _per_test(again) == _per_test(runs[0]), again.table()
 
 
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
@@ -534,6 +557,89 @@ def test_plugin_refuses_tests_without_exactly_one_task(tmp_path: Path) -> None:
                           ("test_both", "has 2 task markers"),
                           ("test_seven", "marker(s) lab1_7 that are no task of this lab")):
         assert any(f"test_lab1.py::{name} " in e and message in e for e in result.errors)
+
+
+_PROPERTY_TESTS = '''\
+import adapters
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+SEEN = []
+
+
+@pytest.mark.lab1_1
+@settings(max_examples=20)
+@given(st.integers(0, 10**9))
+def test_property(x):
+    # Fails once it has seen 5 examples, and names them: the text differs from run to run
+    # unless every run tries the same examples.
+    SEEN.append(x)
+    assert len(SEEN) < 5, SEEN
+
+
+@pytest.mark.lab1_2
+def test_ok():
+    assert adapters.value() == 1
+'''
+
+
+def test_property_tests_try_the_same_examples_on_every_run(tmp_path: Path) -> None:
+    """The plugin's profile derandomizes a property test that does not say otherwise: two
+    grader runs give the same feedback, down to the examples tried."""
+    labs = _toy_lab(tmp_path, _PROPERTY_TESTS)
+    first, second = (grade(1, labs_dir=labs) for _ in range(2))
+    assert first.task("lab1_1").output == second.task("lab1_1").output
+    assert "test_property: failed" in first.task("lab1_1").output
+
+
+def test_plugin_refuses_a_property_test_that_draws_random_examples(tmp_path: Path) -> None:
+    labs = _toy_lab(tmp_path, _PROPERTY_TESTS.replace("@settings(max_examples=20)",
+                                                      "@settings(derandomize=False)"))
+    result = grade(1, labs_dir=labs)
+    assert result.score == 0 and all(t.tests == 0 for t in result.tasks)
+    assert any("test_lab1.py::test_property draws random examples" in e
+               for e in result.errors), result.errors
+
+
+#: Words that describe how the grading machine confines a student's process.
+_MACHINE_WORDS = ("Landlock", "namespace", "unshare", "uid", "nobody", "root", "sandbox",
+                  "unprivileged", "process of its own", "limits:", "network:")
+_PATH_IN_TEXT = re.compile(r"(?:^|[\s'\"(\[=:,])/[\w.@+~-]")
+
+
+def test_a_students_report_names_nothing_of_the_grading_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A failure that names a path of the graders' machine, and student code that prints
+    its own folder: the student's table and results.json (the CLI's default) hold no
+    absolute path, no user name and no word of how the process was confined; the
+    instructor's (``--instructor``) keep them."""
+    tests = _TOY_TESTS.replace("assert adapters.value() == 2",
+                               "assert adapters.value() == 2, pytest.__file__")
+    labs = _toy_lab(tmp_path / "labs", tests)
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "toy.py").write_text("import pathlib\n\nprint('in', pathlib.Path.cwd())\n\n\n"
+                                    "def value():\n    return 1\n")
+    monkeypatch.setenv("PAGEDSIM_LABS_DIR", str(labs))
+    monkeypatch.delenv("PAGEDSIM_LABS_INSTRUCTOR", raising=False)
+    reports = {}
+    for flags in ((), ("--json",), ("--instructor",), ("--json", "--instructor")):
+        status, out, err = _cli(capsys, "labs", "grade", "1", "--path", str(student), *flags)
+        assert status == 0 and err == "", err
+        reports[flags] = out
+    users = {getpass.getuser(), os.environ.get("PAGEDSIM_LABS_USER", "nobody")}
+    for flags in ((), ("--json",)):
+        report = reports[flags]
+        assert "test_two: failed" in report and "in " in report, report
+        assert not _PATH_IN_TEXT.search(report), report
+        assert str(tmp_path) not in report and str(ROOT) not in report
+        named = [w for w in (*_MACHINE_WORDS, *users) if re.search(rf"\b{re.escape(w)}", report)]
+        assert not named, f"the student's report names {named}:\n{report}"
+    for flags in (("--instructor",), ("--json", "--instructor")):
+        assert "process of its own" in reports[flags]
+        assert _PATH_IN_TEXT.search(reports[flags]), reports[flags]
 
 
 def test_without_a_labs_folder_a_student_tree_grades_itself(
