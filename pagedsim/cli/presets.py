@@ -136,7 +136,10 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
         "budget is computed as vLLM v1 computes it (pagedsim.models.vllm_kv: per-layer KV specs, "
         "KV-cache groups of the hybrid allocator, TP and PP per GPU) and ends with the two "
         "lines vLLM logs, 'GPU KV cache size' and 'Maximum concurrency'")
-    g.add_argument("--kv-cache-memory-gb", type=csv_list(gib_to_bytes), default=None,
+    # Not unique: each pipeline stage logs its own figure, and stages with the same
+    # layers log the same one (10,10 with --pipeline-parallel-size 2).
+    g.add_argument("--kv-cache-memory-gb", type=csv_list(gib_to_bytes, "stage figures",
+                                                         unique=False), default=None,
                    metavar="GIB[,GIB...]",
                    help="KV memory of one GPU in GiB: vLLM's kv_cache_memory_bytes, or the "
                         "'Available KV cache memory' a vLLM log printed (instead of --gpu "

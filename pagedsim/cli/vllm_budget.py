@@ -158,6 +158,10 @@ def run_vllm_budget(args: argparse.Namespace, spec: ModelSpec, chosen: object) -
                 raise CliError(f"argument {flag}: not with --kv-cache-memory-gb, which gives "
                                "the KV memory of one GPU directly")
         memory = args.kv_cache_memory_gb
+        if len(memory) not in (1, pp):
+            raise CliError(f"argument --kv-cache-memory-gb: {len(memory)} figures for {pp} "
+                           "pipeline stages (--pipeline-parallel-size); give one, or one per "
+                           "stage")
         if any(m <= 0 for m in memory):
             raise CliError("argument --kv-cache-memory-gb: must be more than 0 GiB on every "
                            f"stage (vLLM does not start without KV memory), got "
