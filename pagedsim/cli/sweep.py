@@ -14,6 +14,7 @@ from .argtypes import csv_list, finite, nonempty
 from .base import PROG, UNITS_NOTE, ArgumentParser, CliError
 from .dask import with_dask
 from .experiment_options import OptionDefaults, add_experiment_options, check_trace, experiment
+from .host_options import warn_ignored_host_tier
 from .simulate import _check_out, _check_schemes, _progress, _report_written, _say_start
 
 # --------------------------------------------------------------------------------------
@@ -239,6 +240,16 @@ def run_sweep(args: argparse.Namespace) -> int:
                 raise CliError(f"argument {source} / --block-size: {exc}") from None
         plans.append((name, exp, values, report))
     _check_out(args)
+    from ..experiments.host_sweep import HOST_SCHEMES
+    from ..experiments.sweeps import CACHE_SCHEMES
+    from ..memory.schemes import DEFAULT_SCHEMES
+
+    schemes_of = {"rate": DEFAULT_SCHEMES, "cache-size": CACHE_SCHEMES,
+                  "host-cache": HOST_SCHEMES}
+    for name, exp, _, _ in plans:
+        if name in schemes_of:  # the sweeps that take --schemes say which ignore the tier
+            warn_ignored_host_tier(args, args.schemes or schemes_of[name], exp.model,
+                                   swept=name == "host-cache")
     for name, exp, values, report in plans:
         runs = num_runs(name, values, args.schemes)
         base = replace(exp, rate_per_s=None) if name == "rate" and exp.is_trace else exp
