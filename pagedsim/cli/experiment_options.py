@@ -302,3 +302,17 @@ def check_trace(exp: Experiment) -> str | None:
         raise CliError(f"argument --workload: {message}") from None
     except ValueError as exc:  # a rate the trace cannot take (Experiment.trace)
         raise CliError(f"argument --rate: {exc}") from None
+
+
+def say_model_notes(exp: Experiment) -> None:
+    """One stderr line when the model is a config.json whose ``max_model_len`` came from a
+    key other than ``max_position_embeddings``, or from vLLM's 2,048 fallback: the runs
+    reject or clip requests by it, so where it came from is said, not left to guess."""
+    import sys
+
+    from ..models.hf_config import max_model_len_note
+    from ..models.specs import get_model
+
+    note = max_model_len_note(get_model(exp.model))
+    if note:
+        print(f"note: {exp.model}: {note}", file=sys.stderr, flush=True)

@@ -13,7 +13,13 @@ from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, finite, nonempty
 from .base import PROG, UNITS_NOTE, ArgumentParser, CliError
 from .dask import with_dask
-from .experiment_options import OptionDefaults, add_experiment_options, check_trace, experiment
+from .experiment_options import (
+    OptionDefaults,
+    add_experiment_options,
+    check_trace,
+    experiment,
+    say_model_notes,
+)
 from .host_options import warn_ignored_host_tier
 from .simulate import _check_out, _check_schemes, _progress, _report_written, _say_start
 
@@ -246,6 +252,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     schemes_of = {"rate": DEFAULT_SCHEMES, "cache-size": CACHE_SCHEMES,
                   "host-cache": HOST_SCHEMES}
+    say_model_notes(plans[0][1])  # one model for every sweep
     for name, exp, _, _ in plans:
         if name in schemes_of:  # the sweeps that take --schemes say which ignore the tier
             warn_ignored_host_tier(args, args.schemes or schemes_of[name], exp.model,
