@@ -172,10 +172,11 @@ def _sliding_flags(text: dict, num_layers: int, where: str) -> list[bool]:
     if types is not None:
         if not isinstance(types, list) or len(types) != num_layers:
             raise ConfigError(f"{where}: layer_types must list {num_layers} layers, got "
-                              f"{types if not isinstance(types, list) else len(types)!r}")
-        bad = sorted({t for t in types if t not in _LAYER_TYPES}, key=str)
+                              f"{_shown(types) if not isinstance(types, list) else len(types)}")
+        # Shown, not hashed: an entry may be a list or an object (unhashable).
+        bad = sorted({_shown(t) for t in types if not isinstance(t, str) or t not in _LAYER_TYPES})
         if bad:
-            raise ConfigError(f"{where}: layer_types {bad!r} not supported; valid: "
+            raise ConfigError(f"{where}: layer_types {', '.join(bad[:5])} not supported; valid: "
                               f"{', '.join(_LAYER_TYPES)} (state and linear-attention layers "
                               "are not read from configs yet)")
         return [t == "sliding_attention" for t in types]

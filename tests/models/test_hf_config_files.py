@@ -205,3 +205,14 @@ def test_the_fallback_is_said_by_budget_and_compare(tmp_path: Path, capsys) -> N
                  "--jobs", "1"]) == 0
     err = capsys.readouterr().err
     assert err.startswith(f"note: {config}: max_model_len 2,048 tokens: vLLM's default")
+
+
+@pytest.mark.parametrize("entry", [["full_attention"], {"kind": "full"}, 7])
+def test_a_layer_type_that_is_not_a_name_is_named(entry: object) -> None:
+    """Was: TypeError (unhashable type: 'list') from a list or object among layer_types
+    (found by mutating the sample configs)."""
+    cfg = json.loads((CONFIGS / "gpt-oss-20b.json").read_text())
+    cfg["layer_types"][3] = entry
+    with pytest.raises(ConfigError, match=r"layer_types .* not supported; valid: "
+                                          "full_attention, sliding_attention"):
+        model_from_config(cfg, "m")
