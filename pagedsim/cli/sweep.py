@@ -250,13 +250,17 @@ def run_sweep(args: argparse.Namespace) -> int:
     from ..experiments.sweeps import CACHE_SCHEMES
     from ..memory.schemes import DEFAULT_SCHEMES
 
+    # The schemes each sweep runs (--schemes replaces the first three's; the others run
+    # paged, their functions' default), so that those without a host tier are named.
     schemes_of = {"rate": DEFAULT_SCHEMES, "cache-size": CACHE_SCHEMES,
                   "host-cache": HOST_SCHEMES}
     say_model_notes(plans[0][1])  # one model for every sweep
-    for name, exp, _, _ in plans:
-        if name in schemes_of:  # the sweeps that take --schemes say which ignore the tier
-            warn_ignored_host_tier(args, args.schemes or schemes_of[name], exp.model,
-                                   swept=name == "host-cache")
+    fixed = [s for name, _, _, _ in plans if name != "host-cache"
+             for s in args.schemes or schemes_of.get(name, ("paged",))]
+    model = plans[0][1].model
+    warn_ignored_host_tier(args, list(dict.fromkeys(fixed)), model)  # one line for them all
+    if any(name == "host-cache" for name, _, _, _ in plans):
+        warn_ignored_host_tier(args, args.schemes or HOST_SCHEMES, model, swept=True)
     for name, exp, values, report in plans:
         runs = num_runs(name, values, args.schemes)
         base = replace(exp, rate_per_s=None) if name == "rate" and exp.is_trace else exp

@@ -57,3 +57,6 @@ def test_host_cache_gb_names_the_schemes_that_ignore_it(capsys) -> None:
     assert main(["sweep", "host-cache", "--num-requests", "5", "--values", "1", "--no-write",
                  "--quiet", "--jobs", "1", "--schemes", "paged,radix"]) == 0
     assert "warning: the host-cache sweep's sizes ignored by paged:" in capsys.readouterr().err
+    assert main(["sweep", "block-size", "--num-requests", "5", "--values", "16", "--no-write",
+                 "--quiet", "--jobs", "1", "--host-cache-gb", "2"]) == 0  # runs paged
+    assert "warning: --host-cache-gb 2 ignored by paged:" in capsys.readouterr().err
