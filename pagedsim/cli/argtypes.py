@@ -141,10 +141,11 @@ MAX_LIST_ITEMS = 64
 
 
 def csv_list(kind: Callable[[str], object], what: str = "values",
-             max_items: int = MAX_LIST_ITEMS) -> Callable[[str], list]:
+             max_items: int = MAX_LIST_ITEMS, unique: bool = True) -> Callable[[str], list]:
     """An argument type for comma-separated values, each converted by ``kind`` (whose
     ``ArgumentTypeError`` is passed on, naming the bad item): at most ``max_items`` of
-    them, none given twice (a repeated value would only repeat its rows)."""
+    them, none given twice (a repeated value would only repeat its rows) unless
+    ``unique`` is False (a list of one figure per position, where two may be equal)."""
 
     def parse(text: str) -> list:
         # Count the commas before splitting: a 10 MB list is refused without building it.
@@ -160,7 +161,7 @@ def csv_list(kind: Callable[[str], object], what: str = "values",
         except ValueError:
             raise argparse.ArgumentTypeError(f"bad value in list {shown(text)}") from None
         seen: dict[object, str] = {}
-        for item, value in zip(items, values, strict=True):
+        for item, value in zip(items, values, strict=True) if unique else ():
             if value in seen:
                 again = (f"{seen[value]!r} and {item!r} are the same value" if
                          seen[value] != item else f"{item!r} is given twice")

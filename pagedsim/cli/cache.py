@@ -10,6 +10,7 @@ import os
 
 from .argtypes import csv_list, shown, whole
 from .base import CliError
+from .experiment_options import TRACE_FLAG_NAMES
 
 
 def capacity(text: str) -> float:
@@ -48,6 +49,10 @@ def add_cache_replay(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--num-requests", type=whole, default=None, metavar="N",
                    help="replay only the trace's first N requests (a synthetic "
                         "workload: N requests, default 2000)")
+    p.add_argument("--skip-zero-output", action="store_true",
+                   help="skip trace rows with 0 output tokens (the Azure trace has some; "
+                        "counted in the report) instead of stopping with an error; their "
+                        "prompts are then not replayed")
     p.add_argument("--seed", type=whole, default=0, metavar="SEED",
                    help="seed of a synthetic workload (default 0; a trace ignores it)")
     p.add_argument("--json", action="store_true",
@@ -96,6 +101,9 @@ def run_cache_replay(args: argparse.Namespace) -> int:
     if args.block_size is not None and args.block_size < 1:
         raise CliError(f"argument --block-size: must be >= 1 token, got {args.block_size}")
     if args.trace in SHARING_WORKLOAD_NAMES:
+        if args.skip_zero_output:
+            raise CliError(f"argument --skip-zero-output: applies to a trace file, not the "
+                           f"synthetic workload {args.trace!r}")
         if args.seed < 0:
             raise CliError(f"argument --seed: must be >= 0, got {args.seed}")
         count = DEFAULT_NUM_REQUESTS if args.num_requests is None else args.num_requests
@@ -117,13 +125,16 @@ def run_cache_replay(args: argparse.Namespace) -> int:
                 raise CliError(f"argument TRACE: more than {MAX_REPLAY_BLOCKS:,} rows, hence "
                                f"blocks, the most a replay keeps in memory; replay the first "
                                "N with --num-requests")
-            trace = load_trace(args.trace, max_requests=most)
+            trace = load_trace(args.trace, max_requests=most,
+                               skip_zero_output=args.skip_zero_output)
         except NotRegularFileError as exc:  # from the count, before load_trace says it
             raise CliError(f"argument TRACE: {exc.path}: is {exc.kind}, not a trace file (a "
                            "regular .csv or .jsonl file)") from None
         except (TraceError, OSError) as exc:
-            message = " ".join(str(exc).split()).replace("with max_requests",
-                                                          "with --num-requests")
+            # The reader names its own parameters; say the flags this command has.
+            message = " ".join(str(exc).split())
+            for name, flag in TRACE_FLAG_NAMES:
+                message = message.replace(name, flag)
             raise CliError(f"argument TRACE: {message}") from None
         if len(trace.requests) > MAX_REPLAY_BLOCKS:
             raise CliError(f"argument TRACE: more than {MAX_REPLAY_BLOCKS:,} requests, hence "

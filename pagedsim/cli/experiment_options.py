@@ -281,7 +281,7 @@ def experiment_error(exc: Exception, args: argparse.Namespace) -> CliError:
 
 
 #: Library parameter names in trace errors -> the flags a CLI user types.
-_TRACE_FLAG_NAMES = (("skip_zero_output=True", "--skip-zero-output"),
+TRACE_FLAG_NAMES = (("skip_zero_output=True", "--skip-zero-output"),
                      ("with max_requests", "with --num-requests"),
                      ("pass on_too_long='clip' or 'skip'", "pass --on-too-long clip or skip"))
 
@@ -297,8 +297,22 @@ def check_trace(exp: Experiment) -> str | None:
     except (TraceError, OSError, csv.Error) as exc:
         # The trace reader's messages name the file (and the line); OSError's too.
         message = " ".join(str(exc).split()) or type(exc).__name__
-        for name, flag in _TRACE_FLAG_NAMES:
+        for name, flag in TRACE_FLAG_NAMES:
             message = message.replace(name, flag)
         raise CliError(f"argument --workload: {message}") from None
     except ValueError as exc:  # a rate the trace cannot take (Experiment.trace)
         raise CliError(f"argument --rate: {exc}") from None
+
+
+def say_model_notes(exp: Experiment) -> None:
+    """One stderr line when the model is a config.json whose ``max_model_len`` came from a
+    key other than ``max_position_embeddings``, or from vLLM's 2,048 fallback: the runs
+    reject or clip requests by it, so where it came from is said, not left to guess."""
+    import sys
+
+    from ..models.hf_config import max_model_len_note
+    from ..models.specs import get_model
+
+    note = max_model_len_note(get_model(exp.model))
+    if note:
+        print(f"note: {exp.model}: {note}", file=sys.stderr, flush=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+from collections.abc import Sequence
 
 from .argtypes import MAX_GIB, shown
 from .base import CliError
@@ -55,3 +57,35 @@ def host_fields(args: argparse.Namespace) -> dict[str, object]:
     return {"host_cache_gb": float(gib),
             "host_write_through": bool(getattr(args, "host_write_through", False)),
             "host_overlap": not getattr(args, "no_host_overlap", False)}
+
+
+def ignores_host_tier(scheme: str, model: object) -> bool:
+    """Whether ``scheme`` runs without the host tier a pool spec asks for: built once on a
+    small pool with a one-block tier, it holds none (only the prefix caches that name
+    blocks by content have one; the registry says it, so a new scheme is covered)."""
+    from ..memory.schemes import make_allocator
+
+    try:
+        alloc = make_allocator(scheme, 1 << 16, 16, model=model,  # type: ignore[arg-type]
+                               host_cache_blocks=1)
+    except ValueError:  # cannot be built here: the run will say why, not this check
+        return False
+    return getattr(alloc, "host", None) is None
+
+
+def warn_ignored_host_tier(args: argparse.Namespace, schemes: Sequence[str], model: object,
+                           swept: bool = False) -> list[str]:
+    """One stderr line naming ``--host-cache-gb`` (or the host-cache sweep's sizes, when
+    ``swept``) and the schemes among ``schemes`` that run without a host tier, so that a
+    title saying "host tier N GiB" is not read as applying to them; returns those
+    schemes ([] and no line without a tier or when every scheme has one)."""
+    if not swept and not getattr(args, "host_cache_gb", None):
+        return []
+    ignored = [s for s in schemes if ignores_host_tier(s, model)]
+    if ignored:
+        what = ("the host-cache sweep's sizes" if swept else
+                f"--host-cache-gb {args.host_cache_gb:g}")
+        print(f"warning: {what} ignored by {', '.join(ignored)}: only schemes with a prefix "
+              "cache (prefix-cache, radix and their variants) have a host tier; these run "
+              "without one", file=sys.stderr, flush=True)
+    return ignored

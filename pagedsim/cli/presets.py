@@ -15,7 +15,7 @@ from ..models.budget import (
     kv_budget,
     preset_of,
 )
-from ..models.hf_config import looks_like_config_path
+from ..models.hf_config import looks_like_config_path, max_model_len_note
 from ..models.kv_spec import KV_CACHE_DTYPE_BYTES
 from ..models.specs import GPUS, MODELS, ModelSpec, get_gpu, get_model
 from ..textfmt import format_table
@@ -136,7 +136,10 @@ def add_budget(subparsers: argparse._SubParsersAction) -> None:
         "budget is computed as vLLM v1 computes it (pagedsim.models.vllm_kv: per-layer KV specs, "
         "KV-cache groups of the hybrid allocator, TP and PP per GPU) and ends with the two "
         "lines vLLM logs, 'GPU KV cache size' and 'Maximum concurrency'")
-    g.add_argument("--kv-cache-memory-gb", type=csv_list(gib_to_bytes), default=None,
+    # Not unique: each pipeline stage logs its own figure, and stages with the same
+    # layers log the same one (10,10 with --pipeline-parallel-size 2).
+    g.add_argument("--kv-cache-memory-gb", type=csv_list(gib_to_bytes, "stage figures",
+                                                         unique=False), default=None,
                    metavar="GIB[,GIB...]",
                    help="KV memory of one GPU in GiB: vLLM's kv_cache_memory_bytes, or the "
                         "'Available KV cache memory' a vLLM log printed (instead of --gpu "
@@ -192,6 +195,9 @@ def budget_text(b: KVBudget, seq_len: int) -> str:
         f"that is {b.max_tokens // seq_len} sequences of {seq_len} tokens, or "
         f"{b.max_tokens // full_len} of max_model_len {full_len} tokens",
     ]
+    note = max_model_len_note(model)
+    if note:
+        lines.append(note)
     unused = b.kv_cache_bytes - b.num_blocks * b.bytes_per_block
     if unused:
         lines.append(f"left over (less than one block): {_size(unused)} ({unused} bytes)")

@@ -20,7 +20,14 @@ from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, jobs, keep_steps, nonempty, whole
 from .base import PROG, UNITS_NOTE, CliError
 from .dask import with_dask
-from .experiment_options import OptionDefaults, add_experiment_options, check_trace, experiment
+from .experiment_options import (
+    OptionDefaults,
+    add_experiment_options,
+    check_trace,
+    experiment,
+    say_model_notes,
+)
+from .host_options import warn_ignored_host_tier
 from .outdir import prepare_out
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,6 +156,8 @@ def run_compare(args: argparse.Namespace) -> int:
     schemes = named or default_schemes(exp.model)
     report = check_trace(exp)
     _check_out(args)
+    warn_ignored_host_tier(args, schemes, exp.model)
+    say_model_notes(exp)
     _say_start(args, "compare", len(schemes), exp, "one per scheme")
     cmp = compare(exp, schemes, jobs=args.jobs, progress=_progress(args),
                   keep_steps=keep, part=args.part)

@@ -13,7 +13,14 @@ from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, finite, nonempty
 from .base import PROG, UNITS_NOTE, ArgumentParser, CliError
 from .dask import with_dask
-from .experiment_options import OptionDefaults, add_experiment_options, check_trace, experiment
+from .experiment_options import (
+    OptionDefaults,
+    add_experiment_options,
+    check_trace,
+    experiment,
+    say_model_notes,
+)
+from .host_options import warn_ignored_host_tier
 from .simulate import _check_out, _check_schemes, _progress, _report_written, _say_start
 
 # --------------------------------------------------------------------------------------
@@ -239,6 +246,21 @@ def run_sweep(args: argparse.Namespace) -> int:
                 raise CliError(f"argument {source} / --block-size: {exc}") from None
         plans.append((name, exp, values, report))
     _check_out(args)
+    from ..experiments.host_sweep import HOST_SCHEMES
+    from ..experiments.sweeps import CACHE_SCHEMES
+    from ..memory.schemes import DEFAULT_SCHEMES
+
+    # The schemes each sweep runs (--schemes replaces the first three's; the others run
+    # paged, their functions' default), so that those without a host tier are named.
+    schemes_of = {"rate": DEFAULT_SCHEMES, "cache-size": CACHE_SCHEMES,
+                  "host-cache": HOST_SCHEMES}
+    say_model_notes(plans[0][1])  # one model for every sweep
+    fixed = [s for name, _, _, _ in plans if name != "host-cache"
+             for s in args.schemes or schemes_of.get(name, ("paged",))]
+    model = plans[0][1].model
+    warn_ignored_host_tier(args, list(dict.fromkeys(fixed)), model)  # one line for them all
+    if any(name == "host-cache" for name, _, _, _ in plans):
+        warn_ignored_host_tier(args, args.schemes or HOST_SCHEMES, model, swept=True)
     for name, exp, values, report in plans:
         runs = num_runs(name, values, args.schemes)
         base = replace(exp, rate_per_s=None) if name == "rate" and exp.is_trace else exp

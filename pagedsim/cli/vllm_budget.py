@@ -8,6 +8,7 @@ import argparse
 import json
 from collections import Counter
 
+from ..models.hf_config import max_model_len_note
 from ..models.kv_spec import shard_for_tp
 from ..models.specs import ModelSpec, get_gpu
 from ..models.vllm_kv import DEFAULT_MAX_NUM_BATCHED_TOKENS, VllmKVCache, vllm_kv_cache
@@ -71,6 +72,7 @@ def _layer_lines(spec: ModelSpec, tp: int, dtype_bytes: int) -> list[str]:
 def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
     """The report, one computed step per line, then vLLM's two lines."""
     block, page = r.block_size, r.page_size_bytes
+    note = max_model_len_note(spec) if r.max_model_len == spec.max_model_len else None
     lines = [
         f"KV-cache sizing as vLLM v1 does it: {r.model}, TP {r.tensor_parallel_size} x PP "
         f"{r.pipeline_parallel_size}, kv_cache_dtype {r.kv_cache_dtype} ({r.dtype_bytes} "
@@ -78,6 +80,7 @@ def vllm_text(r: VllmKVCache, spec: ModelSpec, memory_line: str) -> str:
         "(1 GiB = 2**30 bytes)",
         "",
         memory_line,
+        *([f"{note}; --max-model-len sets another"] if note else []),
         *_layer_lines(spec, r.tensor_parallel_size, r.dtype_bytes),
     ]
     if r.pipeline_parallel_size > 1:
@@ -158,6 +161,10 @@ def run_vllm_budget(args: argparse.Namespace, spec: ModelSpec, chosen: object) -
                 raise CliError(f"argument {flag}: not with --kv-cache-memory-gb, which gives "
                                "the KV memory of one GPU directly")
         memory = args.kv_cache_memory_gb
+        if len(memory) not in (1, pp):
+            raise CliError(f"argument --kv-cache-memory-gb: {len(memory)} figures for {pp} "
+                           "pipeline stages (--pipeline-parallel-size); give one, or one per "
+                           "stage")
         if any(m <= 0 for m in memory):
             raise CliError("argument --kv-cache-memory-gb: must be more than 0 GiB on every "
                            f"stage (vLLM does not start without KV memory), got "
@@ -180,7 +187,8 @@ def run_vllm_budget(args: argparse.Namespace, spec: ModelSpec, chosen: object) -
                       hybrid=not args.disable_hybrid_kv_cache_manager)
     if args.json:
         print(json.dumps({**r.to_dict(), "simulator_bytes_per_token": spec.bytes_per_token,
-                          "source": spec.source}, indent=2))
+                          "source": spec.source,
+                          "max_model_len_from": spec.max_model_len_from or None}, indent=2))
     else:
         print(vllm_text(r, spec, memory_line))
     return 0

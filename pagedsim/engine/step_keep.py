@@ -15,8 +15,9 @@ run takes about ten million steps, so keeping them all would take gigabytes.
   of simulated time.
 
 A sample and a time resolution also keep the run's last step, so that a timeline ends
-where the run ends. :func:`parse_keep_steps` reads the CLI's spelling (``all``,
-``none``, ``N``, ``SECONDSs``).
+where the run ends (in a sample that is full, in place of the latest kept step: a sample
+of N is at most N rows, the last step included). :func:`parse_keep_steps` reads the CLI's
+spelling (``all``, ``none``, ``N``, ``SECONDSs``).
 """
 
 from __future__ import annotations
@@ -144,5 +145,10 @@ class StepKeeper:
         """The kept rows, with the last step added to a sample or a time resolution."""
         if self.keep.kind in ("sample", "every") and self._last is not None \
                 and (not self.rows or self.rows[-1] is not self._last):
-            self.rows.append(self._last)
+            if self.keep.kind == "sample" and len(self.rows) >= self.keep.value:
+                # A full sample: the last step takes the latest kept row's place, so that
+                # "at most N" holds with it (appending made N + 1).
+                self.rows[-1] = self._last
+            else:
+                self.rows.append(self._last)
         return self.rows

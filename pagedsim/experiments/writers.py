@@ -49,13 +49,17 @@ def _pyplot() -> Any:
 
 def thin_steps(steps: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     """Every k-th step (exact rows, not averages), k chosen so that at most ``max_rows``
-    remain; the last step is always kept. ``max_rows`` 0 keeps all."""
+    remain, the last step included (it takes the place of the latest k-th step when
+    there are ``max_rows`` of those already). ``max_rows`` 0 keeps all."""
     if max_rows <= 0 or len(steps) <= max_rows:
         return steps
     k = math.ceil(len(steps) / max_rows)
     idx = list(range(0, len(steps), k))
     if idx[-1] != len(steps) - 1:
-        idx.append(len(steps) - 1)
+        if len(idx) < max_rows:
+            idx.append(len(steps) - 1)
+        else:
+            idx[-1] = len(steps) - 1
     return steps.iloc[idx]
 
 

@@ -78,7 +78,11 @@ class HostTier:
             raise ValueError(f"write_through must be True or False, got {write_through!r}")
         self.write_through = write_through
         self.entries: OrderedDict[int, int] = OrderedDict()  # hash -> host block, LRU first
-        self.free = list(range(self.capacity_blocks - 1, -1, -1))  # first taken: 0, 1, ...
+        # Host blocks never used yet are ``_fresh .. capacity_blocks - 1``, taken in order;
+        # a counter, not a list, so that a tier of 2**20 GiB (tens of millions of blocks)
+        # costs nothing until blocks are written (an evicted entry's block is reused
+        # directly, so a used block never returns to the never-used ones).
+        self._fresh = 0
         self.pinned: set[int] = set()  # hashes an admission is about to load
         self.pending: dict[int, int] = {}  # GPU block -> hash, to write through at flush
         self.copies: list[HostCopy] = []  # this step's, in order
@@ -87,6 +91,12 @@ class HostTier:
         self.written_through_blocks = 0  # GPU -> host copies at insertion
         self.evicted_blocks = 0  # host entries evicted for other content
         self.dropped_blocks = 0  # write-backs not kept: every entry was pinned
+
+    @property
+    def free(self) -> range:
+        """The never-used host blocks, in the order a list popped from its end would give
+        them (the last item is taken next): ``capacity_blocks - 1`` down to the next one."""
+        return range(self.capacity_blocks - 1, self._fresh - 1, -1)
 
     def __contains__(self, h: object) -> bool:
         return h in self.entries
@@ -171,8 +181,9 @@ class HostTier:
     def _room(self) -> int | None:
         """A host block for new content: a never-used one, else the least recently used
         entry's that is not pinned (evicted now); None when every entry is pinned."""
-        if self.free:
-            return self.free.pop()
+        if self._fresh < self.capacity_blocks:
+            self._fresh += 1
+            return self._fresh - 1
         pinned, entries = self.pinned, self.entries
         if not pinned and entries:  # the common case: the head goes
             self.evicted_blocks += 1
@@ -192,11 +203,12 @@ class HostTier:
                 "copies": list(self.copies)}
 
     def check(self) -> None:
-        """Assert the entries and the free host blocks partition the tier."""
+        """Assert the entries and the free host blocks partition the tier (in time and
+        memory of the entries, not of the capacity: the never-used blocks are a range)."""
         used = list(self.entries.values())
+        assert 0 <= self._fresh <= self.capacity_blocks, "next never-used block out of range"
         assert len(used) <= self.capacity_blocks, "more host entries than host blocks"
         assert len(set(used)) == len(used), "two hashes in one host block"
-        assert not set(used) & set(self.free), "a host block is both used and free"
+        assert all(0 <= s < self._fresh for s in used), "a host block is both used and free"
         assert len(used) + len(self.free) == self.capacity_blocks, "host blocks lost"
-        assert all(0 <= s < self.capacity_blocks for s in (*used, *self.free))
         assert not self.pinned, f"host entries {sorted(self.pinned)} left pinned"

@@ -14,29 +14,69 @@ Only the fields the KV cache depends on are read, as vLLM reads them:
   with a ``sliding_window`` (Mistral-7B-v0.1) on every layer;
 * ``torch_dtype`` (or ``dtype``): the serving dtype; 16-bit for bfloat16, float16 and
   float32 (vLLM serves float32 checkpoints in 16 bits by default), 2 bytes if absent;
-* ``max_position_embeddings`` -> ``max_model_len`` (vLLM's rope-scaling adjustments are
-  not applied: give ``--max-model-len`` to match a run).
+* ``max_model_len``: as vLLM's ``_get_and_verify_max_len`` finds it, the smallest of
+  :data:`MAX_LEN_KEYS` the config gives (``max_position_embeddings``, ``n_positions``,
+  ``max_seq_len``, ...), ``model_max_length`` over them when given (Command-R), and 2,048
+  when none is (vLLM's fallback); :attr:`ModelSpec.max_model_len_from` says which
+  (vLLM's rope-scaling adjustments are not applied: give ``--max-model-len`` to match a run).
 
 Weights are not in config.json: a ``model.safetensors.index.json`` next to it gives their
 size (``metadata.total_size``), otherwise ``weights_bytes`` is 0 (unknown). Nothing is
 downloaded: the config is a file the user has.
+
+Both files are read as strictly as traces (:func:`pagedsim.user_files.read_json_file`):
+regular files of bounded size and depth, each key once; and every field read is
+range-checked before use (:data:`FIELD_LIMITS`), so that what it is multiplied into later
+(bytes per token, a request's KV, numpy's int64 lengths) stays in range. A bad file or
+field is a :class:`ConfigError` naming the file, the key and what would be valid.
 """
 
 from __future__ import annotations
 
-import json
-import stat
+import os
 from pathlib import Path
 
-from ..user_files import file_kind
+from ..user_files import JsonFileError, NotRegularFileError, read_json_file
 from .kv_spec import LayerKV, full, mla, sliding
 from .model_spec import ModelSpec
 
 #: Largest config.json read (bytes): real ones are a few KiB; this bounds memory.
 MAX_CONFIG_BYTES = 4 << 20
+#: Deepest nesting a config.json may have: real ones nest 3 or 4 deep (text_config,
+#: rope_scaling, quantization_config); 64 leaves room far below Python's recursion limit.
+MAX_CONFIG_DEPTH = 64
+#: Largest model.safetensors.index.json read (bytes): DeepSeek-V3's, with one weight_map
+#: entry per tensor (91,991), is under 9 MiB.
+MAX_INDEX_BYTES = 64 << 20
+#: Deepest nesting of an index: {"metadata": {...}, "weight_map": {...}} is 2.
+MAX_INDEX_DEPTH = 8
+#: Largest weights an index may give (bytes): 1 PiB, far above any model's (a few TB).
+MAX_WEIGHTS_BYTES = 1 << 50
 #: Most layers a config may have: real models have under 200; a larger count is refused
 #: rather than turned into a list of that many layer specs.
 MAX_LAYERS = 10_000
+#: Longest context a config may give (tokens): 2**30, 100 times today's longest (10M);
+#: with at most 2**30 bytes of KV per token a request's KV stays under 2**60 bytes, and
+#: lengths stay inside numpy's int64 (10**30 raised OverflowError inside simulate()).
+MAX_CONTEXT_TOKENS = 1 << 30
+#: Most KV bytes per token a config may give (all layers, K and V): 1 GiB, some 1,000
+#: times today's largest models'.
+MAX_KV_BYTES_PER_TOKEN = 1 << 30
+#: The largest value each integer field may take (the smallest is 1, or 0 where noted).
+FIELD_LIMITS = {
+    "num_hidden_layers": MAX_LAYERS, "num_attention_heads": 1 << 16,
+    "num_key_value_heads": 1 << 16, "head_dim": 1 << 16, "hidden_size": 1 << 24,
+    "kv_lora_rank": 1 << 16, "qk_rope_head_dim": 1 << 16, "sliding_window": MAX_CONTEXT_TOKENS,
+    "sliding_window_pattern": MAX_LAYERS, "max_window_layers": MAX_LAYERS,
+}
+#: The keys vLLM's ``_get_and_verify_max_len`` reads the context from (the smallest
+#: given wins), in its order; ``model_max_length``, when given, overrides them.
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                "model_max_length", "max_target_positions", "max_sequence_length",
+                "max_seq_length", "seq_len")
+#: vLLM's ``max_model_len`` when the config gives none of :data:`MAX_LEN_KEYS` (it logs a
+#: warning and assumes this).
+DEFAULT_MAX_MODEL_LEN = 2048
 
 #: ``layer_types`` entries and the layer kind each becomes.
 _LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
@@ -58,13 +98,59 @@ class ConfigError(ValueError):
     """A config.json that cannot be read as a model (the message names the field)."""
 
 
-def _int_field(cfg: dict, key: str, where: str, default: int | None = None) -> int:
+def _shown(value: object) -> str:
+    """``repr(value)`` cut short: a 4,000-digit number is shown by its digit count."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        return f"a {len(str(abs(value))):,}-digit number"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."
+
+
+def _int_field(cfg: dict, key: str, where: str, default: int | None = None,
+               least: int = 1) -> int:
+    """``cfg[key]`` (or ``default``): a JSON integer from ``least`` to its
+    :data:`FIELD_LIMITS` entry, checked before any arithmetic uses it."""
     value = cfg.get(key, default)
     if value is None:
         raise ConfigError(f"{where}: no {key!r} (needed for the KV cache)")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where}: {key} must be a whole number >= 1, got {value!r}")
+    most = FIELD_LIMITS.get(key, MAX_CONTEXT_TOKENS)
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise ConfigError(f"{where}: {key} must be a whole number from {least} to {most:,}, "
+                          f"got {_shown(value)}")
     return value
+
+
+def _bool_field(cfg: dict, key: str, where: str, default: bool) -> bool:
+    """``cfg[key]``: a JSON ``true`` or ``false`` (the string ``"false"`` is truthy in
+    Python: it made every layer of a Qwen config sliding), or ``default`` when absent
+    or null."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: {key} must be JSON true or false, got {_shown(value)}")
+    return value
+
+
+def max_model_len_of(text: dict, where: str) -> tuple[int, str]:
+    """The context and where it came from, as vLLM finds it (see the module docstring):
+    ``(tokens, key)``, or ``(2048, "vLLM's default ...")`` when no key is given."""
+    found: dict[str, int] = {}
+    for key in MAX_LEN_KEYS:
+        if text.get(key) is not None:
+            value = text[key]
+            if isinstance(value, bool) or not isinstance(value, int) \
+                    or not 1 <= value <= MAX_CONTEXT_TOKENS:
+                raise ConfigError(f"{where}: {key} must be a whole number of tokens from 1 "
+                                  f"to {MAX_CONTEXT_TOKENS:,}, got {_shown(value)}")
+            found[key] = value
+    if "model_max_length" in found:
+        return found["model_max_length"], "model_max_length"
+    if found:
+        key = min(found, key=found.__getitem__)  # the smallest; the first of equals
+        return found[key], key
+    return DEFAULT_MAX_MODEL_LEN, (f"vLLM's default {DEFAULT_MAX_MODEL_LEN:,}: the config "
+                                   f"gives none of {', '.join(MAX_LEN_KEYS)}")
 
 
 def _text_config(cfg: dict) -> dict:
@@ -86,10 +172,11 @@ def _sliding_flags(text: dict, num_layers: int, where: str) -> list[bool]:
     if types is not None:
         if not isinstance(types, list) or len(types) != num_layers:
             raise ConfigError(f"{where}: layer_types must list {num_layers} layers, got "
-                              f"{types if not isinstance(types, list) else len(types)!r}")
-        bad = sorted({t for t in types if t not in _LAYER_TYPES}, key=str)
+                              f"{_shown(types) if not isinstance(types, list) else len(types)}")
+        # Shown, not hashed: an entry may be a list or an object (unhashable).
+        bad = sorted({_shown(t) for t in types if not isinstance(t, str) or t not in _LAYER_TYPES})
         if bad:
-            raise ConfigError(f"{where}: layer_types {bad!r} not supported; valid: "
+            raise ConfigError(f"{where}: layer_types {', '.join(bad[:5])} not supported; valid: "
                               f"{', '.join(_LAYER_TYPES)} (state and linear-attention layers "
                               "are not read from configs yet)")
         return [t == "sliding_attention" for t in types]
@@ -102,11 +189,11 @@ def _sliding_flags(text: dict, num_layers: int, where: str) -> list[bool]:
         pattern = _int_field(text, "sliding_window_pattern", where)
         return [(i + 1) % pattern != 0 for i in range(num_layers)]
     if model_type in _QWEN:
-        if not text.get("use_sliding_window", False):
+        if not _bool_field(text, "use_sliding_window", where, False):
             return [False] * num_layers
-        start = text.get("max_window_layers", num_layers)
+        start = _int_field(text, "max_window_layers", where, num_layers, least=0)
         return [i >= start for i in range(num_layers)]
-    if text.get("use_sliding_window") is False:
+    if _bool_field(text, "use_sliding_window", where, True) is False:
         return [False] * num_layers
     return [True] * num_layers
 
@@ -119,10 +206,7 @@ def model_from_config(cfg: dict, name: str, *, weights_bytes: int = 0,
         raise ConfigError(f"{where}: a config.json holds one JSON object, got "
                           f"{type(cfg).__name__}")
     text = _text_config(cfg)
-    num_layers = _int_field(text, "num_hidden_layers", where)
-    if num_layers > MAX_LAYERS:
-        raise ConfigError(f"{where}: num_hidden_layers {num_layers:,} is more than this reader "
-                          f"takes ({MAX_LAYERS:,}); real models have a few hundred at most")
+    num_layers = _int_field(text, "num_hidden_layers", where)  # at most MAX_LAYERS
     num_heads = _int_field(text, "num_attention_heads", where)
     num_kv_heads = _int_field(text, "num_key_value_heads", where, default=num_heads)
     head_dim = text.get("head_dim")
@@ -137,21 +221,18 @@ def model_from_config(cfg: dict, name: str, *, weights_bytes: int = 0,
         raise ConfigError(f"{where}: num_attention_heads {num_heads} is not a multiple of "
                           f"num_key_value_heads {num_kv_heads}")
     dtype = text.get("torch_dtype", text.get("dtype")) or "bfloat16"
-    if dtype not in _DTYPE_BYTES:
-        raise ConfigError(f"{where}: torch_dtype {dtype!r} not supported; valid: "
+    if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:  # a list is unhashable
+        raise ConfigError(f"{where}: torch_dtype {_shown(dtype)} not supported; valid: "
                           f"{', '.join(_DTYPE_BYTES)}")
-    max_len = next((text[k] for k in ("max_position_embeddings", "n_positions",
-                                       "max_seq_len", "seq_length") if text.get(k)), None)
-    max_len = _int_field({"max_position_embeddings": max_len}, "max_position_embeddings",
-                         where)
+    max_len, max_len_from = max_model_len_of(text, where)
 
     layers: tuple[LayerKV, ...]
     if text.get("kv_lora_rank") is not None:
         rank = _int_field(text, "kv_lora_rank", where)
-        rope = text.get("qk_rope_head_dim")
-        if isinstance(rope, bool) or not isinstance(rope, int) or rope < 0:
-            raise ConfigError(f"{where}: an MLA config needs qk_rope_head_dim >= 0, "
-                              f"got {rope!r}")
+        if text.get("qk_rope_head_dim") is None:
+            raise ConfigError(f"{where}: an MLA config (kv_lora_rank given) needs "
+                              "qk_rope_head_dim, a whole number >= 0")
+        rope = _int_field(text, "qk_rope_head_dim", where, least=0)
         layers = (mla(rank, rope),) * num_layers
     else:
         flags = _sliding_flags(text, num_layers, where)
@@ -161,50 +242,84 @@ def model_from_config(cfg: dict, name: str, *, weights_bytes: int = 0,
                            else full(num_kv_heads, head_dim) for f in flags)
         else:
             layers = ()  # uniform full attention: the seed's formula
-    return ModelSpec(name, num_layers, num_heads, num_kv_heads, head_dim,
+    spec = ModelSpec(name, num_layers, num_heads, num_kv_heads, head_dim,
                      _DTYPE_BYTES[dtype], weights_bytes, max_len, layers=layers,
-                     source=source)
+                     source=source, max_model_len_from=max_len_from)
+    if spec.bytes_per_token > MAX_KV_BYTES_PER_TOKEN:
+        raise ConfigError(f"{where}: {spec.bytes_per_token:,} bytes of KV per token "
+                          f"(num_hidden_layers x heads x head_dim), more than the "
+                          f"{MAX_KV_BYTES_PER_TOKEN:,} this reader takes; real models have "
+                          "a few MiB at most")
+    return spec
 
 
-def _weights_next_to(path: Path) -> int:
-    """``metadata.total_size`` of a ``model.safetensors.index.json`` beside ``path``, or 0."""
-    index = path.with_name("model.safetensors.index.json")
+def _read(path: Path, what: str, max_bytes: int, max_depth: int) -> object:
+    """The JSON in ``path`` (the config or its weights index, ``what``), or a
+    ConfigError naming the file and what is wrong with it."""
     try:
-        if index.stat().st_size > MAX_CONFIG_BYTES * 16:
-            return 0
-        total = json.loads(index.read_text(encoding="utf-8"))["metadata"]["total_size"]
-    except (OSError, ValueError, KeyError, TypeError):
+        return read_json_file(path, max_bytes, max_depth)
+    except NotRegularFileError as exc:  # a FIFO would hang the read, /dev/zero never end
+        raise ConfigError(f"{str(path)!r} is {exc.kind}, not a {what} file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {str(path)!r}: {exc.strerror or exc}"
+                          ) from None
+    except JsonFileError as exc:
+        raise ConfigError(f"{what} {str(path)!r}: {exc}") from None
+
+
+def weights_next_to(path: Path) -> int:
+    """``metadata.total_size`` (bytes) of the ``model.safetensors.index.json`` beside
+    ``path``, 0 when there is none; a ConfigError for one that is there but not a
+    readable index (a FIFO, a device, a binary file, a total_size out of range), which
+    was once read as absent or hung the command."""
+    index = path.with_name("model.safetensors.index.json")
+    if not os.path.lexists(index):
         return 0
-    return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else 0
+    what = "weights index"
+    data = _read(index, what, MAX_INDEX_BYTES, MAX_INDEX_DEPTH)
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(meta, dict) or "total_size" not in meta:
+        raise ConfigError(f"{what} {str(index)!r}: no metadata.total_size (the weights' "
+                          "size in bytes, which every safetensors index gives)")
+    total = meta["total_size"]
+    if isinstance(total, bool) or not isinstance(total, int) \
+            or not 1 <= total <= MAX_WEIGHTS_BYTES:
+        raise ConfigError(f"{what} {str(index)!r}: metadata.total_size must be a whole "
+                          f"number of bytes from 1 to {MAX_WEIGHTS_BYTES:,} (1 PiB), got "
+                          f"{_shown(total)}")
+    return total
 
 
 def load_config(path: str | Path) -> ModelSpec:
     """The :class:`ModelSpec` of a config.json file (or of a folder holding one); the
     name is the path as given. Raises ConfigError (a ValueError) naming the path and
-    the field for a missing, unreadable or unsupported file."""
+    the field for a missing, unreadable or unsupported file, and for a weights index
+    beside it that cannot be read."""
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    try:
-        st = p.stat()
-    except OSError as e:
-        raise ConfigError(f"cannot read model config {str(path)!r}: "
-                          f"{e.strerror or e}") from None
-    if not stat.S_ISREG(st.st_mode):  # a FIFO would block read_text, /dev/zero never end
-        raise ConfigError(f"{str(path)!r} is {file_kind(st.st_mode)}, not a config.json file")
-    size = st.st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{str(path)!r} is {size:,} bytes, too large for a config.json "
-                          f"(at most {MAX_CONFIG_BYTES:,})")
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read model config {str(path)!r}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{str(path)!r} is not valid JSON: {e.msg} at line {e.lineno}"
-                          ) from None
-    return model_from_config(cfg, str(path), weights_bytes=_weights_next_to(p),
+    if not os.path.lexists(p):
+        raise ConfigError(f"cannot read model config {str(path)!r}: No such file or "
+                          "directory")
+    cfg = _read(p, "model config", MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH)
+    return model_from_config(cfg, str(path), weights_bytes=weights_next_to(p),
                              source=f"config file {p}")
+
+
+def max_model_len_note(spec: ModelSpec) -> str | None:
+    """One line saying which config key gave ``spec.max_model_len``, or vLLM's fallback;
+    None for a preset or a config's usual ``max_position_embeddings``."""
+    origin = spec.max_model_len_from
+    if not origin or origin == "max_position_embeddings":
+        return None
+    if origin == "model_max_length":
+        why = "which vLLM takes over the other context keys when given"
+    elif origin in MAX_LEN_KEYS:
+        why = "vLLM takes the smallest of the context keys a config gives"
+    else:
+        return (f"max_model_len {spec.max_model_len:,} tokens: {origin}; vLLM assumes the "
+                "same, with a warning")
+    return f"max_model_len {spec.max_model_len:,} tokens: from the config's {origin} ({why})"
 
 
 def looks_like_config_path(text: str) -> bool:

@@ -22,7 +22,10 @@ class ModelSpec:
     all full attention with ``num_kv_heads`` x ``head_dim`` (sliding-window, MLA and hybrid
     models); empty means that uniform stack, the seed's formula. ``dtype_bytes`` is the
     serving dtype's size, which the KV cache takes unless told otherwise (fp8).
-    ``source`` says where the facts come from (a Hugging Face config.json).
+    ``source`` says where the facts come from (a Hugging Face config.json);
+    ``max_model_len_from`` which of its keys gave ``max_model_len`` (or vLLM's default
+    when none did; :func:`pagedsim.models.hf_config.max_model_len_of`), empty when not
+    read from a config.
     """
 
     name: str
@@ -35,6 +38,7 @@ class ModelSpec:
     max_model_len: int
     layers: tuple[LayerKV, ...] = ()
     source: str = ""
+    max_model_len_from: str = ""
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "dtype_bytes",

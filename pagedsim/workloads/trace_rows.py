@@ -14,7 +14,15 @@ import csv
 import json
 from collections.abc import Iterable, Iterator
 
-from ..user_files import MAX_LINE_CHARS, LineTooLongError, bounded_lines, open_regular
+from ..user_files import (
+    MAX_LINE_CHARS,
+    DuplicateKeyError,
+    LineTooLongError,
+    bounded_lines,
+    json_depth,
+    open_regular,
+)
+from ..user_files import no_duplicate_keys as _no_duplicate_keys
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 PAGEDSIM_REQUIRED = ("arrival_s", "prompt_len", "output_len")
@@ -187,47 +195,6 @@ def jsonl_rows(path: str, lines: Iterable[str], skipped: int, mooncake: bool = F
 #: Deepest JSON nesting a trace line may have: rows are flat objects (Mooncake's hash_ids
 #: one list inside), so 8 leaves room; 5,000 deep would exhaust Python's recursion limit.
 MAX_JSON_DEPTH = 8
-
-
-def json_depth(text: str) -> int:
-    """How deep ``{`` and ``[`` nest in ``text`` (brackets inside JSON strings ignored)."""
-    depth = most = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
-            depth += 1
-            most = max(most, depth)
-        elif char in "}]":
-            depth -= 1
-    return most
-
-
-class DuplicateKeyError(ValueError):
-    """A JSON object names the same key twice (``json`` would keep the last silently)."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(f"duplicate key {key!r}")
-        self.key = key
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKeyError(key)
-            seen.add(key)
-    return obj
 
 
 def chain_first(first: str, rest: Iterable[str]) -> Iterator[str]:

@@ -54,7 +54,9 @@ def test_seed_output_unchanged_without_vllm_flags(capsys: pytest.CaptureFixture[
     (["--gpu-memory-utilization", "0.9"], ["--gpu-memory-utilization", "--kv-cache-memory-gb"]),
     (["--tensor-parallel-size", "3"], ["--tensor-parallel-size", "3"]),
     (["--kv-cache-dtype", "int4"], ["--kv-cache-dtype", "'int4'"]),
-    (["--kv-cache-memory-gb", "1,2"], ["2 figures for 1 pipeline stages"]),
+    (["--kv-cache-memory-gb", "1,2"], ["--kv-cache-memory-gb", "2 figures for 1 pipeline stages"]),
+    (["--kv-cache-memory-gb", "5,5,5", "--pipeline-parallel-size", "2"],
+     ["--kv-cache-memory-gb", "3 figures for 2 pipeline stages"]),
     (["--kv-cache-memory-gb", "0"], ["--kv-cache-memory-gb", "more than 0 GiB"]),
     (["--tensor-parallel-size", "0"], ["--tensor-parallel-size", ">= 1"]),
     (["--pipeline-parallel-size", "0"], ["--pipeline-parallel-size", ">= 1"]),
@@ -66,6 +68,17 @@ def test_bad_flags_one_line_exit_2(capsys: pytest.CaptureFixture[str], extra: li
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1
     assert all(w in err for w in words), err
+
+
+def test_equal_stage_figures_are_not_a_duplicate(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each pipeline stage logs its own 'Available KV cache memory'; stages of equal
+    layers log the same figure, so 10,10 is two stages, not a value given twice."""
+    argv = ["budget", "--model", "llama-3.1-8b", "--pipeline-parallel-size", "2", "--json"]
+    assert main([*argv, "--kv-cache-memory-gb", "10,10"]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--kv-cache-memory-gb", "10"]) == 0
+    assert both == json.loads(capsys.readouterr().out)
+    assert both["stage_memory_bytes"] == [10 << 30, 10 << 30]
 
 
 def test_unknown_weights_of_a_config_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

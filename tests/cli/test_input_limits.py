@@ -4,6 +4,7 @@ docstring); each ends with exit 2, one line on stderr, within seconds."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -293,3 +294,16 @@ def test_model_config_path_that_is_no_file_is_refused_at_once(tmp_path: Path, ca
     elif not os.path.exists(which):
         pytest.skip(f"no {which}")
     _one_error(capsys, ["compare", "--model", path, "--no-write"], "argument --model:")
+
+
+def test_cache_replay_zero_output_error_names_a_flag_it_has(tmp_path: Path, capsys):
+    """Was: "(skip_zero_output=True skips ...)", a library parameter the command lacks."""
+    path = tmp_path / "zero.csv"
+    path.write_text("arrival_s,prompt_len,output_len\n0,10,0\n0.5,600,3\n")
+    line = _one_error(capsys, ["cache-replay", str(path)], "--skip-zero-output skips rows")
+    assert "skip_zero_output" not in line
+    assert main(["cache-replay", str(path), "--skip-zero-output", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["queries"] == 600  # the zero-output row's prompt is not replayed
+    _one_error(capsys, ["cache-replay", "multi-turn", "--skip-zero-output"],
+               "--skip-zero-output: applies to a trace file")

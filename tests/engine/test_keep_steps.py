@@ -41,7 +41,33 @@ def test_a_sample_is_every_kth_step_at_most_n_and_the_last(n, most, chunk):
     else:
         assert k == 1  # a run that fits keeps every step
     kept = keeper.finish()
-    assert kept == (sample if not rows or sample[-1] == rows[-1] else sample + [rows[-1]])
+    if not rows or sample[-1] == rows[-1]:
+        assert kept == sample
+    elif len(sample) < most:
+        assert kept == sample + [rows[-1]]
+    else:  # a full sample: the last step in place of the latest kept one
+        assert kept == sample[:-1] + [rows[-1]]
+    assert len(kept) <= most
+
+
+@pytest.mark.parametrize("most", [1, 2, 3])
+def test_a_sample_of_n_is_at_most_n_rows_the_last_step_included(most):
+    for n in range(1, 40):
+        kept = _keep(KeepSteps.sample(most), _rows(n), 7)
+        assert len(kept) <= most and kept[-1] == (n - 1, (n - 1) * 0.25), (n, kept)
+
+
+@pytest.mark.parametrize("most", [1, 2, 3, 1000])
+def test_thinned_steps_csv_is_at_most_n_rows_the_last_step_included(most):
+    import pandas as pd
+
+    from pagedsim.experiments.writers import thin_steps
+
+    for n in (1, 2, 3, 5, 10, 99, 1001, 98_946):
+        steps = pd.DataFrame({"step": range(n)})
+        thinned = thin_steps(steps, most)
+        assert len(thinned) <= most and thinned["step"].iloc[-1] == n - 1, (n, most)
+        assert list(thinned["step"]) == sorted(set(thinned["step"]))
 
 
 @given(n=st.integers(1, 2000), span=st.sampled_from([0.125, 0.25, 0.375, 1.0, 7.5]),
@@ -114,7 +140,7 @@ def test_compare_writes_a_sample_and_says_so_on_the_timeline(tmp_path):
     steps = pd.read_csv(out / "compare_steps.csv")
     summary = pd.read_csv(out / "compare_summary.csv")
     total = int(summary["num_steps"].iloc[0])
-    assert 50 <= len(steps) <= 101 < total
+    assert 50 <= len(steps) <= 100 < total
     full = compare(Experiment(num_requests=120), ["paged"], jobs=1, progress=False)
     assert int(full.summary["num_steps"].iloc[0]) == total
     # The timeline is drawn from the sample and its title says so.
@@ -147,3 +173,22 @@ def test_help_names_the_flag():
     out = subprocess.run([sys.executable, "-m", "pagedsim", "compare", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--keep-steps" in out and "200,000" in out
+
+
+@pytest.mark.parametrize(("flags", "most"), [
+    (["--keep-steps", "1", "--max-step-rows", "0"], 1),
+    (["--keep-steps", "2", "--max-step-rows", "0"], 2),
+    (["--keep-steps", "all", "--max-step-rows", "1"], 1),
+    (["--keep-steps", "all", "--max-step-rows", "2"], 2),
+])
+def test_compare_writes_at_most_n_step_rows_per_scheme(tmp_path, flags, most):
+    """The help says "at most N": N + 1 rows were written for N = 1 and 2."""
+    import pandas as pd
+
+    out = tmp_path / "out"
+    assert main(["compare", "--schemes", "paged", "--num-requests", "20", *flags,
+                 "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    steps = pd.read_csv(out / "compare_steps.csv")
+    total = int(pd.read_csv(out / "compare_summary.csv")["num_steps"].iloc[0])
+    assert total > most and len(steps) == most
+    assert steps["time_s"].iloc[-1] == steps["time_s"].max()  # the run's last step kept

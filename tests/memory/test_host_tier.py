@@ -81,6 +81,35 @@ def test_no_tier_at_zero_and_a_bad_policy_is_refused():
         HostTier(3, 16, 1)  # type: ignore[arg-type]
 
 
+def test_a_huge_tier_costs_nothing_until_used():
+    """--host-cache-gb at its maximum (2**20 GiB: tens of millions of blocks) must not
+    build a free list of every block up front (3.4 GB for a 10-request run)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        host = HostTier(2_000_000, 16)  # the old list: about 72 MB of ints
+        host.evicted(5, 111)
+        host.evicted(6, 222)
+        host.check()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak:,} bytes for a tier of two entries"
+    assert host.flush().copies == [HostCopy(True, 5, 0), HostCopy(True, 6, 1)]
+    assert len(host.free) == 2_000_000 - 2 and host.free[-1] == 2  # taken next, in order
+
+
+def test_the_never_used_blocks_go_in_order_then_evicted_ones_are_reused():
+    host = HostTier(3, 4)
+    assert host.describe()["free"] == [2, 1, 0]
+    for b, h in ((1, 10), (2, 20), (3, 30), (4, 40)):
+        host.evicted(b, h)
+    assert host.describe()["free"] == [] and host.evicted_blocks == 1
+    assert [c.host_block for c in host.flush().copies] == [0, 1, 2, 0]
+    host.check()
+
+
 # ------------------------------------------------------------ through the manager
 def _chat(rid: int, prompt_len: int, pieces: tuple[int, ...]) -> Request:
     return Request(rid, 0.0, prompt_len, 4, prompt_pieces=pieces, prompt_piece_tokens=32)

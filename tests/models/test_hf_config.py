@@ -202,13 +202,15 @@ def test_weights_from_a_safetensors_index(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("edit", "match"), [
     ({"num_hidden_layers": None}, "num_hidden_layers"),
-    ({"num_attention_heads": 0}, "num_attention_heads must be a whole number >= 1, got 0"),
+    ({"num_attention_heads": 0},
+     "num_attention_heads must be a whole number from 1 to 65,536, got 0"),
     ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads 3"),
     ({"torch_dtype": "int8"}, "torch_dtype 'int8'"),
     ({"layer_types": ["full_attention"] * 3}, "layer_types must list 40 layers"),
     ({"layer_types": ["linear_attention"] * 40}, "'linear_attention'.*not supported"),
-    ({"max_position_embeddings": None}, "max_position_embeddings"),
-    ({"num_hidden_layers": 10**12}, "more than this reader takes"),
+    ({"max_position_embeddings": "32k"}, "max_position_embeddings must be a whole number"),
+    ({"num_hidden_layers": 10**12}, "num_hidden_layers must be a whole number from 1 to "
+                                    "10,000, got 1000000000000"),
 ])
 def test_bad_configs_name_the_field(edit: dict, match: str) -> None:
     cfg = json.loads((CONFIGS / "qwen3-14b.json").read_text())
