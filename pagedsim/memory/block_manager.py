@@ -103,15 +103,8 @@ class BlockManager:
         now), each sequence's cached prefix comes from the cache. False, and nothing
         changed, when they do not fit."""
         regions = self.regions
-        if (len(seq_ids) != 1 or fork_ids or regions is not None  # the common case, no call:
-                or type(seq_ids[0]) is not int or seq_ids[0] in self.seqs  # a new int id,
-                or seq_ids[0] in self._swapped_ids or type(num_tokens) is not int  # lengths
-                or num_tokens < 0 or final_len is not None  # in order, hashes for this pool
-                and (type(final_len) is not int or final_len < num_tokens)
-                or content is not None and (type(content) is not BlockHashes
-                                            or content.block_size != self.prefix_block_size)):
-            num_tokens, content = self._checked_admission(seq_ids, fork_ids, num_tokens,
-                                                          final_len, content)
+        num_tokens, content = self._checked_admission(seq_ids, fork_ids, num_tokens,
+                                                      final_len, content)
         if regions is not None and not regions.admits(self, seq_ids, fork_ids, num_tokens):
             return False
         bs, cache = self.block_size, self.cache
@@ -122,8 +115,7 @@ class BlockManager:
             plans, need = None, n * len(seq_ids)
         if regions is not None:
             need += n * len(fork_ids)  # rooms held for the forks, which copy
-        keep = self.watermark_blocks(watermark) if watermark or type(watermark) is not float else 0
-        if self.pool.get_num_free_blocks() - need < keep:
+        if self.pool.get_num_free_blocks() - need < self.watermark_blocks(watermark):
             return False
         if plans is not None:
             cache.admit(self, seq_ids, num_tokens, final_len, content, plans)
@@ -144,7 +136,7 @@ class BlockManager:
                                    f"{self.blocks_needed(num_tokens)} blocks for "
                                    f"{num_tokens} tokens, {self.pool.describe_free()}")
 
-    # ---------------------------------- growing: one token, a step's tokens, a prefill chunk
+    # ----------------------------------------------- growing: one token, a prefill chunk
     def append_slot(self, seq_id: SeqId) -> AppendResult:
         """Room for one new token: ``(slot, copy)``; ``copy`` is the copy-on-write copy
         of the shared last block to carry out before writing, or None. In a caching pool
@@ -192,68 +184,6 @@ class BlockManager:
                 slot = kept * bs + offset
         self._set_room(seq)
         return slot, copy
-
-    def append_slots(self, seq_ids: list[SeqId], as_many_as_fit: bool = False
-                     ) -> tuple[list[KVCopy], list[int]] | None:
-        """One :meth:`append_slot` for each of ``seq_ids`` in order, all or nothing (a
-        step's decodes in one call): ``(copies, slots)``, or None and nothing changed when
-        they do not all fit. ``as_many_as_fit``: in order until one does not fit; the
-        slots (and copies) of those that did, which may be none.
-
-        One pass writes every sequence with room in its private last block (it takes
-        nothing from the pool, so it cannot fail) and sets the others aside; those then
-        append in order, through ``append_slot``, if they find their blocks; what does not
-        happen is undone."""
-        try:  # (inline: once a step; a try costs nothing until it catches)
-            repeats = len(set(seq_ids)) != len(seq_ids)  # a second append is another count
-        except TypeError:
-            repeats = True
-        if repeats:
-            distinct_ids(seq_ids)  # raises, saying why
-        seqs = self.seqs
-        slots: list[int] = []
-        later: list[int] = []  # positions that take the general path
-        for seq_id in seq_ids:
-            try:
-                seq = seqs[seq_id]
-            except (KeyError, TypeError):
-                break  # unknown: undone below, then said
-            slot = seq.next_slot
-            if slot < seq.end_slot:  # append_slot's common case, inlined: the hot loop
-                seq.next_slot = slot + 1
-                seq.num_tokens += 1
-            else:
-                later.append(len(slots))
-            slots.append(slot)
-        if len(slots) < len(seq_ids):
-            self._undo_appends(seq_ids, slots, later)
-            self._get(seq_ids[len(slots)])  # raises: which id is unknown
-        if not as_many_as_fit and later and not self.can_append_all(
-                [seq_ids[i] for i in later]):
-            self._undo_appends(seq_ids, slots, later)
-            return None
-        copies: list[KVCopy] = []
-        for i in later:
-            # One by one, each as it would find the pool in order (the appends written
-            # above took nothing from it).
-            if as_many_as_fit and not self.can_append_all([seq_ids[i]]):
-                self._undo_appends(seq_ids, slots, later, after=i)
-                return copies, slots[:i]
-            slots[i], copy = self.append_slot(seq_ids[i])
-            if copy is not None:
-                copies.append(copy)
-        return copies, slots
-
-    def _undo_appends(self, seq_ids: list[SeqId], slots: list[int], later: list[int],
-                      after: int = -1) -> None:
-        """Take back the first pass of :meth:`append_slots` (``slots`` so far), at the
-        positions past ``after``."""
-        skip = set(later)
-        for i in range(after + 1, len(slots)):
-            if i not in skip:
-                seq = self.seqs[seq_ids[i]]
-                seq.next_slot -= 1
-                seq.num_tokens -= 1
 
     def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
         """Room for ``num_tokens`` more tokens of one sequence (a prefill chunk); the

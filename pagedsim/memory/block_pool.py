@@ -84,9 +84,6 @@ class BlockPool:
         self.cached: dict[int, int] = {}  # hash -> the block lookups find (named first)
         self.dups: dict[int, list[int]] = {}  # hash -> later blocks with that content
         self.num_cached_blocks = 0  # blocks in the free queue that hold a hash
-        #: Counts the changes of the map (blocks named or evicted): hits looked up stay
-        #: the map's while it is unchanged.
-        self.version = 0
         self.evicted_blocks = 0
         self.on_release: Callable[[int, int], None] | None = None
         self.host = host  # the host tier evicted blocks are written back to, or None
@@ -115,72 +112,32 @@ class BlockPool:
 
     def get_new_blocks(self, n: int, new_hashes: list[int] | tuple = ()) -> list[int]:
         """``n`` blocks from the free queue, in the eviction policy's order (the caller
-        checked room), evicting the cached ones among them (reported to ``on_release``);
-        the first
-        ``len(new_hashes)`` are named by those hashes as they are taken (an admission's
-        new full blocks: one pass instead of two on the simulator's hot path)."""
-        free, names, cached, dups = self.free, self.hashes, self.cached, self.dups
+        checked room), evicting the cached ones among them (written back to a host tier,
+        reported to ``on_release``); the first ``len(new_hashes)`` are named by those
+        hashes as they are taken (an admission's new full blocks)."""
+        free, names, hook, host, bs = self.free, self.hashes, self.on_release, self.host, \
+            self.block_size
         if len(free) < n:
             raise IndexError(f"the free queue holds {len(free)} blocks, not {n}")
         out = self.eviction.victims(free, n)
         if len(out) < n:
             raise IndexError(f"the free queue holds {len(out)} blocks, not {n}")
-        self.version += 1  # blocks evicted or named, maybe
-        if self.host is not None or self.on_release is not None:
-            self._take_reporting(out, new_hashes)  # each eviction written back or reported
-            return out
-        # Each block evicted (forget's common case, inlined: without duplicates anywhere,
-        # a named block is the one its hash maps to), then named (cache_block, inlined).
         evicted = 0
-        for b, new in zip(out, new_hashes):  # noqa: B905 (shorter: the rest, below)
+        for j, b in enumerate(out):
             del free[b]
             h = names[b]
-            if h is not None:
-                if not dups or cached[h] == b and h not in dups:
-                    del cached[h]
-                else:
-                    self.forget(b, h)
-                evicted += 1
-            names[b] = new
-            if cached.setdefault(new, b) != b:
-                dups.setdefault(new, []).append(b)
-        if len(new_hashes) < n:  # the rest stay unnamed (a partial block, a decode's)
-            for b in out[len(new_hashes):]:
-                del free[b]
-                h = names[b]
-                if h is not None:
-                    if not dups or cached[h] == b and h not in dups:
-                        del cached[h]
-                        names[b] = None
-                    else:
-                        self.forget(b, h)
-                    evicted += 1
-        if evicted:
-            self.num_cached_blocks -= evicted
-            self.evicted_blocks += evicted
-        return out
-
-    def _take_reporting(self, blocks: list[int], new_hashes: list[int] | tuple) -> None:
-        """:meth:`get_new_blocks` of ``blocks`` with a host tier (each evicted block's K/V
-        written back first) or an ``on_release`` hook (each eviction reported), each
-        block evicted and named in turn."""
-        free, names, hook, host, bs = self.free, self.hashes, self.on_release, self.host, \
-            self.block_size
-        evicted, num_named = 0, len(new_hashes)
-        for j, b in enumerate(blocks):
-            del free[b]
-            h = names[b]
-            if h is not None:
-                if host is not None:  # its K/V goes to the host before the block is reused
+            if h is not None:  # cached: evicted now, its K/V wanted until this moment
+                if host is not None:  # written back to the host before the block is reused
                     host.evicted(b, h)
                 self.forget(b, h)
                 evicted += 1
                 if hook is not None:
                     hook(b * bs, bs)
-            if j < num_named:
+            if j < len(new_hashes):
                 self.cache_block(b, new_hashes[j])
         self.num_cached_blocks -= evicted
         self.evicted_blocks += evicted
+        return out
 
     def free_blocks(self, blocks: list[int]) -> None:
         """Blocks nobody holds any more join the tail of the free queue, in order: named
@@ -230,7 +187,6 @@ class BlockPool:
         """Block ``b`` now holds the content named ``h``: into the map (after any block
         named so before it)."""
         self.hashes[b] = h
-        self.version += 1
         if self.cached.setdefault(h, b) != b:
             self.dups.setdefault(h, []).append(b)
 
@@ -238,7 +194,6 @@ class BlockPool:
         """Block ``b`` no longer holds the content named ``h``: out of the map (the next
         duplicate, if any, becomes the block lookups find)."""
         self.hashes[b] = None
-        self.version += 1
         dups = self.dups.get(h)
         if self.cached[h] == b:
             if dups:

@@ -47,7 +47,7 @@ def _reserved_slots(num_tokens: int, final_len: int | None, block_size: int) -> 
 def append_steps(mgr: BlockManager, seq_ids: list[SeqId], max_steps: int
                  ) -> list[StepUsage] | None:
     """Up to ``max_steps`` steps of ``mgr`` that each append one token to every one of
-    ``seq_ids`` (each step what :meth:`~.BlockManager.append_slots` does), stopping
+    ``seq_ids`` (each step what :meth:`~.KVCacheManager.allocate_slots` does with them), stopping
     before the first step that does not fit whole; the pool's usage after each step
     done (none, maybe). None, and nothing changed, where the usage needs a look at every
     sequence after every step: a prefix cache, vAttention's regions, a shared block. Also never past
@@ -104,7 +104,7 @@ def append_steps(mgr: BlockManager, seq_ids: list[SeqId], max_steps: int
         general = due.pop(k, None)
         shrunk = counted
         if general is not None:
-            general.sort()  # in order, as append_slots makes them
+            general.sort()  # in order, as a step's appends are made
             for p in general:  # written up to the step before
                 seq, behind = seqs[p], k - 1 - upto[p]
                 seq.next_slot += behind

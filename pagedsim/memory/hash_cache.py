@@ -42,10 +42,6 @@ class HashCache:
     def __init__(self, pool: BlockPool) -> None:
         self.pool = pool
         self.block_size = pool.block_size
-        # The last lookup: (content, branch, num_tokens, the map's version, chain, hit
-        # blocks), or None. The scheduler looks a request up, then admits it; its plan
-        # takes the hits from here while no block was named or evicted in between.
-        self._looked: tuple | None = None
 
     def lookup(self, mgr, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the cache holds now."""
@@ -53,17 +49,9 @@ class HashCache:
         most = max(num_tokens - 1, 0) // bs
         if not most or not (pool.cached or pool.host):
             return 0
-        # The whole chain the admission will want, so that it is hashed once.
-        branch = seq_id if type(seq_id) is int else branch_of(seq_id)  # (no call: hot)
-        chain = content.chain(branch, num_tokens // bs)
-        hit, get = [], pool.cached.get  # the pool's map, read directly: the hot path
-        for h in chain[:most]:
-            b = get(h)
-            if b is None:
-                break
-            hit.append(b)
-        self._looked = (content, branch, num_tokens, pool.version, chain, hit)
-        k = len(hit)
+        # The whole chain the admission will want (hashed once: the request keeps it).
+        chain = content.chain(branch_of(seq_id), num_tokens // bs)
+        k = len(self._hits(chain, most))
         if pool.host is not None:  # the prefix goes on in the host tier
             k += pool.host.run(chain, k, most)
         return k * bs
@@ -73,19 +61,11 @@ class HashCache:
         hits after them, and, alone, how many of its hits nobody holds), and the blocks
         that would leave the free queue; changes nothing (but hashes ``content``). Host
         hits take new blocks like computed ones."""
-        bs, pool, ref, host = self.block_size, self.pool, mgr.refs.counts, self.pool.host
+        bs, ref, host = self.block_size, mgr.refs.counts, self.pool.host
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
         if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
-            seq_id = seq_ids[0]
-            branch = seq_id if type(seq_id) is int else branch_of(seq_id)
-            looked = self._looked
-            if (looked is not None and looked[0] is content and looked[1] == branch
-                    and looked[2] == num_tokens and looked[3] == pool.version
-                    and len(looked[4]) == num_tokens // bs):  # (a chain only grows)
-                chain, hit = looked[4], looked[5]  # what the lookup found is there still
-            else:
-                chain = content.chain(branch, num_tokens // bs)
-                hit = self._hits(chain, most)
+            chain = content.chain(branch_of(seq_ids[0]), num_tokens // bs)
+            hit = self._hits(chain, most)
             unheld = 0  # hits nobody holds, which leave the free queue
             for b in hit:
                 if not ref[b]:
@@ -127,19 +107,14 @@ class HashCache:
         bs, pool, host = self.block_size, self.pool, self.pool.host
         n = -(-num_tokens // bs)
         if len(seq_ids) == 1:  # the hot path: no siblings; new blocks named as taken
-            hit, k, chain, kh, unheld = plans[0]
-            # The hits leave the free queue first, so that no new block evicts one.
-            if unheld == k:  # the plan saw that nobody holds any of them
-                mgr.refs.hold_cached(hit)
-            else:
-                mgr.refs.hold(hit)
+            hit, k, chain, kh, _ = plans[0]
+            mgr.refs.hold(hit)  # the hits leave the free queue first: no new block evicts one
             if kh:  # the host hits stay in the host while the new blocks' evictions write back
                 host.pin(chain[k:k + kh])
             new = mgr.refs.take(n - k, chain[k:])  # named as they are taken
             table = hit + new
             seq_id = seq_ids[0]
             seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, content,
-                                           seq_id if type(seq_id) is int else
                                            branch_of(seq_id), list(chain), (k + kh) * bs))
             if host is not None:
                 self._host_admit(seq, chain, k, kh, new)

@@ -71,8 +71,6 @@ class Grant(NamedTuple):
     host_tokens: Sequence[int] = ()
 
 
-_NONE: tuple = ()  # an empty field of a Grant, shared
-_new_tuple = tuple.__new__  # a Grant from a 4-tuple, without its Python-level constructor
 
 
 class PoolFacts(NamedTuple):
@@ -86,17 +84,15 @@ class PoolFacts(NamedTuple):
 class KVCacheManager:
     """The scheduler's calls, over ``allocator`` (see the module docstring)."""
 
-    __slots__ = ("allocator", "max_model_len", "_append", "_append_all", "_append_steps",
-                 "_holds", "_host", "_gives_back")
+    __slots__ = ("allocator", "max_model_len", "_append", "_append_steps", "_holds", "_host",
+                 "_gives_back")
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator
         #: The longest sequence the scheme holds (contiguous regions and vAttention's
         #: virtual regions are that long), tokens; None: blocks set no limit.
         self.max_model_len: int | None = getattr(allocator, "max_model_len", None)
-        self._append = allocator.append_slot  # the decode hot path: one lookup
-        # A step's decodes in one call, where the scheme offers it (block managers do).
-        self._append_all = getattr(allocator, "append_slots", None)
+        self._append = allocator.append_slot  # (bound once: every decode calls it)
         # Several steps at once (:mod:`.decode_runs`), over a block manager.
         self._append_steps = (partial(append_steps, allocator)
                               if isinstance(allocator, BlockManager) else None)
@@ -145,15 +141,6 @@ class KVCacheManager:
                 raise ValueError("as_many_as_fit is for one token of each of running "
                                  f"sequences, not {num_new_tokens} (final_len {final_len})")
             return self._as_many_as_fit(list(seq_ids))
-        if final_len is None and num_new_tokens == 1 and len(seq_ids) == 1:
-            # The simulator's hot path, a lone sequence's decode: as few objects as can be.
-            if not alloc.can_append_all(seq_ids):
-                return None
-            slot, copy = self._append(seq_ids[0])
-            if copy is None:
-                return _new_tuple(Grant, (_NONE, [slot], _NONE, _NONE))
-            return _new_tuple(Grant, (copy if type(copy) is list else [copy], [slot], _NONE,
-                                      _NONE))
         if final_len is not None:
             if not alloc.allocate_group(seq_ids, num_new_tokens, final_len, fork_ids,
                                         watermark, content=hashes):
@@ -162,24 +149,10 @@ class KVCacheManager:
             if self._host:
                 return Grant([], [], hits, [alloc.host_hit_tokens(s) for s in seq_ids])
             return Grant([], [], hits)
-        if num_new_tokens == 1:
-            if self._append_all is not None:  # the scheme appends a batch in one call
-                done = self._append_all(seq_ids)
-                return None if done is None else _new_tuple(Grant, (*done, _NONE, _NONE))
+        if num_new_tokens == 1:  # a step's decodes: all or nothing, checked first
             if not alloc.can_append_all(seq_ids):
                 return None
-            append = self._append
-            copies: list[KVCopy] = []
-            slots: list[int] = []
-            for seq_id in seq_ids:
-                slot, copy = append(seq_id)
-                if copy is not None:
-                    if type(copy) is list:  # the hybrid manager: a copy per KV-cache group
-                        copies.extend(copy)
-                    else:
-                        copies.append(copy)
-                slots.append(slot)
-            return Grant(copies, slots, [])
+            return self._append_each(seq_ids)
         if len(seq_ids) != 1:
             raise ValueError(f"a chunk of {num_new_tokens} tokens goes to one sequence, "
                              f"not {len(seq_ids)} ({tuple(seq_ids)!r})")
@@ -188,19 +161,28 @@ class KVCacheManager:
         return Grant(alloc.extend(seq_ids[0], num_new_tokens), [], [])
 
     def _as_many_as_fit(self, seq_ids: list[SeqId]) -> Grant:
-        """``allocate_slots(seq_ids, 1, as_many_as_fit=True)``: in one call where the
-        scheme offers it, else one by one."""
-        if self._append_all is not None:
-            copies, slots = self._append_all(seq_ids, as_many_as_fit=True)
-            return _new_tuple(Grant, (copies, slots, _NONE, _NONE))
-        distinct_ids(seq_ids)  # refused: a repeat, or an unhashable id
-        alloc, copies, slots = self.allocator, [], []
+        """``allocate_slots(seq_ids, 1, as_many_as_fit=True)``: appends in order while
+        each fits the pool the ones before it left. Every id is checked before any
+        append, so a bad one changes nothing."""
+        for seq_id in distinct_ids(seq_ids):  # refused: a repeat, or an unhashable id
+            self.allocator.seq_len(seq_id)  # refused: not a running sequence
+        return self._append_each(seq_ids, until_full=True)
+
+    def _append_each(self, seq_ids: Sequence[SeqId], until_full: bool = False) -> Grant:
+        """One append for each of ``seq_ids``, in order: all of them (checked to fit
+        before), or ``until_full``, up to the first that does not fit."""
+        alloc, append = self.allocator, self._append
+        copies: list[KVCopy] = []
+        slots: list[int] = []
         for seq_id in seq_ids:
-            if not alloc.can_append_all([seq_id]):
+            if until_full and not alloc.can_append_all([seq_id]):
                 break
-            slot, copy = self._append(seq_id)
+            slot, copy = append(seq_id)
             if copy is not None:
-                copies.extend(copy if type(copy) is list else [copy])
+                if type(copy) is list:  # the hybrid manager: a copy per KV-cache group
+                    copies.extend(copy)
+                else:
+                    copies.append(copy)
             slots.append(slot)
         return Grant(copies, slots, [])
 

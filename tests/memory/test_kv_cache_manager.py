@@ -173,3 +173,24 @@ def test_bad_ids_and_sizes_are_refused_before_anything_changes(scheme):
             kv.decode_steps([1], -1)
     assert alloc.snapshot() == before
     assert kv.free([2, 1]) == [2, 1] and alloc.num_seqs == 0
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_a_batch_of_appends_with_a_bad_id_changes_nothing(scheme):
+    """Every id of a step's appends is checked before any append, in both modes: an
+    unknown id, or a swapped-out one, is refused and no other sequence grew."""
+    alloc = make_allocator(scheme, 2048, 16, 512,
+                           model=ModelSpec("rows", num_layers=1, num_heads=1,
+                                           num_kv_heads=1, head_dim=8192, dtype_bytes=2,
+                                           weights_bytes=0, max_model_len=512))
+    kv = KVCacheManager(alloc)
+    for sid in (1, 2):
+        assert kv.allocate_slots([sid], 20, final_len=40) is not None
+    group = kv.swap_out([2], 10**6)
+    assert group is not None
+    before = alloc.snapshot()
+    for bad in ([1, 999], [1, 2]):
+        for fit in (False, True):
+            with pytest.raises(ValueError):
+                kv.allocate_slots(bad, 1, as_many_as_fit=fit)
+            assert alloc.snapshot() == before, (bad, fit)
