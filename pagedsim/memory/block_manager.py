@@ -177,7 +177,7 @@ class BlockManager:
                 slot = new * bs + offset
                 copy = KVCopy(block * bs, new * bs, offset)
         seq.num_tokens = n + 1
-        if offset == bs - 1 and seq.content is not None:
+        if offset == bs - 1 and seq.block_hashes is not None:
             # dedup only without a copy: a copied-into block must not go back this step
             kept = self.cache.filled(self, seq, n // bs, dedup=self.dedup and copy is None)
             if kept != slot // bs:  # deduplicated: the same token's K/V goes to the copy
@@ -206,7 +206,7 @@ class BlockManager:
         self.refs.hold(parent.table)
         parent.end_slot = 0  # its last block is shared now: the next append may copy it
         child = self.add_seq(child_id, Seq(list(parent.table), parent.num_tokens,
-                                            parent.final_len, parent.content,
+                                            parent.final_len, parent.block_hashes,
                                             branch_of(child_id), list(parent.hashes)))
         if self.cache is not None:
             self.cache.forked(self, parent, child)
@@ -249,8 +249,8 @@ class BlockManager:
         tables = [[local.setdefault(b, len(local)) for b in seq.table] for seq in seqs]
         out = [KVCopy(b * bs, i * bs, bs) for b, i in local.items()]
         meta = [(seq.num_tokens, seq.final_len) for seq in seqs]
-        named = ({s: (q.content, q.hashes) for s, q in zip(seq_ids, seqs, strict=True)
-                  if q.content is not None} if self.pool.caches else {})
+        named = ({s: (q.block_hashes, q.hashes) for s, q in zip(seq_ids, seqs, strict=True)
+                  if q.block_hashes is not None} if self.pool.caches else {})
         for s in seq_ids:
             self.free(s)
         self._swapped_ids.update(seq_ids)
@@ -572,7 +572,7 @@ class BlockManager:
                     f"sequence {seq_id!r}: room {room} past its private last block")
                 assert seq.next_slot == seq.table[-1] * bs + n % bs, (
                     f"sequence {seq_id!r}: next slot {seq.next_slot} is not its next token's")
-            if seq.content is not None:
+            if seq.block_hashes is not None:
                 full = seq.num_tokens // bs
                 assert len(seq.hashes) == full, (
                     f"sequence {seq_id!r}: {len(seq.hashes)} names for {full} full blocks")

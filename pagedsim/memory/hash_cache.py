@@ -162,7 +162,7 @@ class HashCache:
         and the cached copy is used instead; returns the block the table now holds."""
         pool = self.pool
         if h is None:
-            h = seq.content.next_hash(seq.branch, seq.hashes)
+            h = seq.block_hashes.next_hash(seq.branch, seq.hashes)
         seq.hashes.append(h)
         b = seq.table[index]
         if pool.hashes[b] is not None:  # a hit, or shared with a sibling: named already
@@ -203,7 +203,7 @@ class HashCache:
         """Every full block of a sequence with content is named by its hash."""
         hashes = self.pool.hashes
         for seq_id, seq in mgr.seqs.items():
-            if seq.content is None:
+            if seq.block_hashes is None:
                 continue
             for j, h in enumerate(seq.hashes):
                 b = seq.table[j]

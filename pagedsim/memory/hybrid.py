@@ -189,7 +189,7 @@ class HybridAllocator:
                 slot = b * bs + off
         seq.num_tokens = n + 1
         seq.grown_at = n
-        if off == bs - 1 and seq.content is not None:
+        if off == bs - 1 and seq.block_hashes is not None:
             self.cache.filled(seq, n // bs)
         return slot, (None if not copies else copies[0] if len(copies) == 1 else copies)
 
@@ -220,7 +220,7 @@ class HybridAllocator:
             self.num_logical_blocks += add
         seq.num_tokens = n + num_tokens
         seq.grown_at = n
-        if seq.content is not None:
+        if seq.block_hashes is not None:
             for j in range(n // bs, (n + num_tokens) // bs):
                 self.cache.filled(seq, j)
         return copies
@@ -253,7 +253,7 @@ class HybridAllocator:
         self.refs.hold([b for t in tables for b in t if b != NULL_BLOCK])
         child = self.add_seq(child_id, HybridSeq(
             tables, list(parent.first), parent.num_tokens, parent.final_len,
-            parent.content, branch_of(child_id), list(parent.hashes)))
+            parent.block_hashes, branch_of(child_id), list(parent.hashes)))
         child.grown_at = parent.grown_at
         return []
 
@@ -291,7 +291,7 @@ class HybridAllocator:
         tables = [[[NULL_BLOCK if b < 0 else local.setdefault(b, (len(local), g))[0]
                     for b in t] for g, t in enumerate(q.tables)] for q in seqs]
         out = [KVCopy(b * bs, i * bs, bs) for b, (i, _) in local.items()]
-        meta = [(q.num_tokens, q.final_len, list(q.first), q.grown_at, q.content,
+        meta = [(q.num_tokens, q.final_len, list(q.first), q.grown_at, q.block_hashes,
                  list(q.hashes)) for q in seqs]
         for s in seq_ids:
             self.free(s)

@@ -131,7 +131,7 @@ class HybridCache:
         """Block ``index`` of ``seq`` is full: name it by its hash in every group that
         holds it (a hit or a block shared with a sibling is named already)."""
         if h is None:
-            h = seq.content.next_hash(seq.branch, seq.hashes)
+            h = seq.block_hashes.next_hash(seq.branch, seq.hashes)
             seq.hashes.append(h)
         names = self.pool.hashes
         for g, table in enumerate(seq.tables):
@@ -149,7 +149,7 @@ class HybridCache:
         """Every full block a sequence with content holds is named for its group."""
         names, bs = self.pool.hashes, self.block_size
         for seq_id, seq in self.alloc.seqs.items():
-            if seq.content is None:
+            if seq.block_hashes is None:
                 continue
             assert len(seq.hashes) == seq.num_tokens // bs, f"{seq_id!r}: names != blocks"
             for g, table in enumerate(seq.tables):

@@ -87,15 +87,15 @@ class HybridSeq:
     of the first block each group still holds (``first``), its tokens, its final length
     and, with a prefix cache, what names its blocks."""
 
-    __slots__ = ("tables", "first", "num_tokens", "final_len", "content", "branch",
+    __slots__ = ("tables", "first", "num_tokens", "final_len", "block_hashes", "branch",
                  "hashes", "hit_tokens", "grown_at")
 
     def __init__(self, tables: list[list[int]], first: list[int], num_tokens: int,
-                 final_len: int | None, content: object = None, branch: int = 0,
+                 final_len: int | None, block_hashes: object = None, branch: int = 0,
                  hashes: list | None = None, hit_tokens: int = 0) -> None:
         self.tables, self.first = tables, first
         self.num_tokens, self.final_len = num_tokens, final_len
-        self.content, self.branch = content, branch
+        self.block_hashes, self.branch = block_hashes, branch
         self.hashes = hashes if hashes is not None else []
         self.hit_tokens = hit_tokens
         self.grown_at = -1  # position of the last growth (its window was applied); -1: none

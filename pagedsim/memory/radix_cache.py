@@ -167,7 +167,7 @@ class RadixCache:
         """Block ``index`` of ``seq`` is full: its key joins the sequence's (the page
         joins the tree when the sequence is freed)."""
         seq.hashes.append(h if h is not None
-                          else seq.content.next_hash(seq.branch, seq.hashes))
+                          else seq.block_hashes.next_hash(seq.branch, seq.hashes))
         return seq.table[index]
 
     def forked(self, mgr, parent: Seq, child: Seq) -> None:
@@ -180,7 +180,7 @@ class RadixCache:
     def freeing(self, mgr, seq: Seq) -> None:
         """Put the sequence's full pages below its locked path into the tree (duplicates
         are left out, to be freed) and stamp its whole path."""
-        if seq.content is None:
+        if seq.block_hashes is None:
             return
         self.clock += 1
         stamp, tree, ref, table = self.clock, self.tree, mgr.refs.counts, seq.table
@@ -257,7 +257,7 @@ class RadixCache:
             assert not any(b in node_of for b in seq.table[d:]), (
                 f"sequence {seq_id!r} holds a tree page outside its locked path")
             if d:
-                assert seq.content is not None
+                assert seq.block_hashes is not None
                 assert tree.path_keys(locked) == seq.hashes[:d], (
                     f"sequence {seq_id!r}: its locked path holds other content")
         for node in tree.nodes():
