@@ -8,11 +8,18 @@ sizes (``--hypothesis-seed=N`` repeats one such run); ``dev`` explores much more
 fresh examples and the example database in ``.hypothesis/``. Choose with
 ``HYPOTHESIS_PROFILE=fresh python -m pytest`` (tests/README.md says more). A failure a
 fresh run finds goes into its test as an explicit ``@example``, so ``ci`` keeps it.
+
+The test files that hold tests marked ``slow`` run first, those with the most of them
+before the others (each file's own order kept):
+with pytest-xdist's ``--dist loadfile`` (pyproject's addopts) the long files start at
+once on every worker, and the many short ones fill in behind them, so no worker is
+left with a long file at the end.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from hypothesis import HealthCheck, settings
 
@@ -40,6 +47,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files with ``slow`` tests first, those with the most of them before the others;
+    otherwise the order collected (a stable sort)."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 def pytest_report_header(config):

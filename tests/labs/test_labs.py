@@ -153,6 +153,7 @@ def test_lab_loads(folder: str) -> None:
     assert folder not in BROKEN, BROKEN.get(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_reference_gets_full_marks(lab, graded) -> None:
     result = _result(graded, (lab.id, "reference"))
@@ -162,6 +163,7 @@ def test_reference_gets_full_marks(lab, graded) -> None:
     assert result.full_marks, result.table()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_released_starter_scores_zero_on_every_task(lab, graded) -> None:
     result = _result(graded, (lab.id, "starter"))
@@ -177,6 +179,7 @@ def test_lab_has_two_mutants_or_more(lab) -> None:
     assert len(load_mutants(lab)) >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("lab", "mutant"), MUTANTS,
                          ids=[f"lab{lab.id}-{m.name}" for lab, m in MUTANTS])
 def test_mutant_is_caught(lab, mutant: Mutant, graded) -> None:
