@@ -196,7 +196,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         sweep_table,
         write_sweep,
     )
-    from ..experiments.sweeps import default_values_text, num_runs
+    from ..experiments.sweeps import SWEEP_CACHE_TOKENS, default_values_text, num_runs
 
     if args.name is None:
         raise CliError(f"missing sweep, choose one of: {', '.join(SWEEPS)}, all "
@@ -229,6 +229,15 @@ def run_sweep(args: argparse.Namespace) -> int:
                 values = check_values(name, args.values, exp)
             except ValueError as exc:
                 raise CliError(f"argument --values: {exc}") from None
+        elif name == "cache-size":  # its default pool sizes must each hold one block
+            try:
+                check_values(name, SWEEP_CACHE_TOKENS, exp)
+            except ValueError:
+                raise CliError(
+                    f"argument --block-size: a block of {exp.block_size:,} token slots is "
+                    "larger than the cache-size sweep's smallest default pool "
+                    f"({min(SWEEP_CACHE_TOKENS):,} slots); give pool sizes of one block or "
+                    "more with --values") from None
         if name == "rate" and exp.is_trace:  # can the trace take the swept rates at all?
             first = (values or SWEEP_RATES)[0]
             try:

@@ -19,7 +19,7 @@ import os
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pagedsim.cli import build_parser, main
@@ -131,6 +131,11 @@ def pairs(draw: st.DrawFn) -> tuple[str, list[tuple[str, str]]]:
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture],
           deadline=None)
 @given(case=pairs())
+# Found by --hypothesis-seed=5 (issue 37): a block larger than the cache-size sweep's smallest
+# default pool (2048 slots) ended in "capacity_tokens must be >= ..." naming no flag.
+@example(case=("sweep cache-size", [("--num-gpus", "9007199254740992"),
+                                    ("--block-size", "9007199254740992")]))
+@example(case=("sweep cache-size", [("--block-size", "10000001"), ("--num-gpus", "1")]))
 def test_flag_pairs_end_in_a_run_or_one_line_naming_a_flag(
         case, files: dict[str, str], stubbed: None,
         capsys: pytest.CaptureFixture[str]) -> None:

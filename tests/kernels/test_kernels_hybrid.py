@@ -33,6 +33,7 @@ def test_windows_change_the_model_and_the_cache_layout():
     assert isinstance(dec.make_cache(24, 4, "paged", 64), PagedKVCache)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend_name", BACKENDS)
 @pytest.mark.parametrize("scheme", ["hybrid", "all-full", "paged"])
 def test_generation_through_any_cache_is_the_dense_reference(scheme, backend_name):

@@ -34,6 +34,7 @@ def _reachable(host: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.skipif(not (ROOT / "labs" / "lab1_budget").is_dir(), reason="lab 1 missing")
 def test_setup_sh_builds_a_venv_that_grades(tmp_path: Path) -> None:

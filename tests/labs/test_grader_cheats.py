@@ -206,6 +206,7 @@ def cheated(starter: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
             server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_cheat_scores_zero(name: str, cheated: dict) -> None:
     result = cheated[name]

@@ -159,6 +159,7 @@ def _result(graded: dict, key: tuple[int, str]):
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("lab_id", "route"), CASES, ids=[f"lab{a}-{r}" for a, r in CASES])
 def test_forbidden_route_scores_zero(lab_id: int, route: str, baselines: dict,
                                      graded: dict) -> None:

@@ -18,6 +18,9 @@ from pagedsim.labs import get_lab, grade
 from pagedsim.labs.lending import lend
 from pagedsim.labs.mutants import get_mutant
 
+# Each test grades a whole lab: the slow files run first, so the workers stay busy.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 LABS_DIR = ROOT / "labs"
 

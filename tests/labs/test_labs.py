@@ -160,6 +160,7 @@ def test_lab_loads(folder: str) -> None:
     assert folder not in BROKEN, BROKEN.get(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_reference_gets_full_marks(lab, graded) -> None:
     result = _result(graded, (lab.id, "reference"))
@@ -174,6 +175,7 @@ def _per_test(result: LabResult) -> list[tuple]:
     return [(t.marker, t.score, t.passed, t.tests, t.output) for t in result.tasks]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_reference_gets_the_same_grade_three_times(lab, graded) -> None:
     """Three grader runs of the same files: the same points and the same feedback, task by
@@ -185,6 +187,7 @@ def test_reference_gets_the_same_grade_three_times(lab, graded) -> None:
         assert _per_test(again) == _per_test(runs[0]), again.table()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_released_starter_scores_zero_on_every_task(lab, graded) -> None:
     result = _result(graded, (lab.id, "starter"))
@@ -200,6 +203,7 @@ def test_lab_has_two_mutants_or_more(lab) -> None:
     assert len(load_mutants(lab)) >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("lab", "mutant"), MUTANTS,
                          ids=[f"lab{lab.id}-{m.name}" for lab, m in MUTANTS])
 def test_mutant_is_caught(lab, mutant: Mutant, graded) -> None:

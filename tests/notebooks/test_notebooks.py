@@ -205,6 +205,7 @@ def test_notebook_exercises_are_predictions(path: Path):
         assert knob_name in src, f"{path.name} {meta['id']}: the check cell ignores the knob"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_runs(path: Path, monkeypatch, record_property):
     """Executes top to bottom without an error, within MAX_WALL_S seconds: as committed,
