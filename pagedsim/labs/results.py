@@ -19,7 +19,7 @@ from .meta import LabInfo
 SHOWN_OUTPUT_CHARS = 2000
 #: Set to 1 to print the instructor's report (as ``--instructor`` does).
 INSTRUCTOR_ENV = "PAGEDSIM_LABS_INSTRUCTOR"
-#: An absolute path (``/tmp/pagedsim-lab3-x/test_lab3.py``): not after a word, a dot or a
+#: An absolute path (``/srv/grading/lab3/test_lab3.py``): not after a word, a dot or a
 #: slash, so that ``3/4`` and ``MB/s`` are left alone.
 _ABSOLUTE_PATH = re.compile(r"(?<![\w./~-])(?:/[\w.@+~-]+)+/?")
 
