@@ -307,12 +307,18 @@ def check_trace(exp: Experiment) -> str | None:
 def say_model_notes(exp: Experiment) -> None:
     """One stderr line when the model is a config.json whose ``max_model_len`` came from a
     key other than ``max_position_embeddings``, or from vLLM's 2,048 fallback: the runs
-    reject or clip requests by it, so where it came from is said, not left to guess."""
+    reject or clip requests by it, so where it came from is said, not left to guess; and
+    one saying where a config's weights came from (its index beside the architecture's
+    count, or that count), unless ``--weights-gb`` gave them."""
     import sys
 
-    from ..models.hf_config import max_model_len_note
+    from ..models.hf_config import max_model_len_note, weights_note
     from ..models.specs import get_model
 
-    note = max_model_len_note(get_model(exp.model))
-    if note:
-        print(f"note: {exp.model}: {note}", file=sys.stderr, flush=True)
+    model = get_model(exp.model)
+    notes = [max_model_len_note(model)]
+    if exp.weights_bytes is None or exp.weights_bytes == model.weights_bytes:
+        notes.append(weights_note(model))  # not when --weights-gb set them
+    for note in notes:
+        if note:
+            print(f"note: {exp.model}: {note}", file=sys.stderr, flush=True)
