@@ -168,9 +168,9 @@ def count_params(text: dict, field: FieldReader) -> tuple[ParamCount | None, str
     norms = (4 if family in FOUR_NORM_FAMILIES else 2) * h
 
     # MLP: which layers are MoE, and their experts.
-    num_experts = next((field(k, None, 1) for k in ("num_local_experts", "num_experts",
+    num_experts = next((field(k, None, 0) for k in ("num_local_experts", "num_experts",
                                                      "n_routed_experts")
-                        if text.get(k) is not None), None)
+                        if text.get(k) is not None), None) or None  # 0 experts: dense
     dense_inter = field("intermediate_size", None, 1)
     if num_experts is None:
         if dense_inter is None:

@@ -169,3 +169,20 @@ def test_a_quantized_config_leaves_its_weights_to_the_flag() -> None:
     m = load_config(CONFIGS / "gpt-oss-120b.json")
     assert m.weights_bytes == 0 and m.params is not None
     assert "quantization_config" in m.weights_from
+
+
+def test_bad_or_absent_architecture_fields() -> None:
+    """A bad field is a ConfigError naming it; zero experts is a dense model; a missing
+    field leaves the count (and the weights) unknown, saying which."""
+    from pagedsim.models.hf_config import ConfigError, model_from_config
+
+    cfg = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+    with pytest.raises(ConfigError, match="vocab_size must be a whole number"):
+        model_from_config({**cfg, "vocab_size": "128k"}, "x")
+    dense = model_from_config({**cfg, "num_local_experts": 0}, "x")
+    assert dense.params == load_config(CONFIGS / "llama-3.1-8b.json").params
+    trimmed = model_from_config({k: v for k, v in cfg.items() if k != "intermediate_size"},
+                                "x")
+    assert trimmed.params is None and trimmed.weights_bytes == 0
+    assert trimmed.weights_from == ("unknown: the config has no intermediate_size to count "
+                                    "the parameters")
