@@ -186,3 +186,21 @@ def test_bad_or_absent_architecture_fields() -> None:
     assert trimmed.params is None and trimmed.weights_bytes == 0
     assert trimmed.weights_from == ("unknown: the config has no intermediate_size to count "
                                     "the parameters")
+
+
+def test_an_index_is_compared_with_the_architecture(tmp_path: Path) -> None:
+    """Beside a safetensors index the weights are the index's, and the note says how
+    they compare with the architecture's count (Qwen3-14B's index: exactly 2 bytes a
+    parameter; an index of half that reads as quantized)."""
+    from pagedsim.models.hf_config import weights_note
+
+    (tmp_path / "config.json").write_text((CONFIGS / "qwen3-14b.json").read_text())
+    index = tmp_path / "model.safetensors.index.json"
+    for total, ratio in ((29_536_614_400, "1.000x"), (14_768_307_200, "0.500x")):
+        index.write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": {}}))
+        m = load_config(tmp_path)
+        assert m.weights_bytes == total and m.weights_from == "model.safetensors.index.json"
+        note = weights_note(m)
+        assert note is not None and f"the index holds {ratio} that" in note
+        assert "14,768,307,200 parameters" in note
+    assert weights_note(get_model("llama-3.1-8b")) is None  # a preset: nothing to say
