@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.scheduler import POLICIES, PREEMPTION_MODES
 from ..engine.scheduler_config import ORDERS
-from ..models.budget import BUDGET_PRESETS, PAPER_OPT_13B, get_budget_preset
+from ..models.budget import BUDGET_PRESETS, PAPER_OPT_13B, BudgetPreset, get_budget_preset
 from ..models.specs import GPUS
 from ..units import GiB
 from ..workloads.traces import ON_TOO_LONG, TraceError
@@ -22,7 +22,7 @@ from .argtypes import gib_to_bytes, jobs, nonempty, preset, rate, whole
 from .base import CliError
 from .dask import add_dask_option
 from .host_options import add_host_options, host_fields
-from .presets import MODEL_HELP, model_arg
+from .presets import BUDGET_ACTIVATION_BYTES, BUDGET_UTILIZATION, MODEL_HELP, model_arg
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..experiments import Experiment
@@ -88,10 +88,14 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
     p.add_argument("--preset", default=None, metavar="NAME",
                    type=preset("preset", BUDGET_PRESETS),
                    help=f"named memory setting: model, GPUs, memory utilization and "
-                        f"activations (default {paper.name}: {paper.source}, "
-                        f"{paper.budget().max_tokens:,} KV slots; 'pagedsim budget --preset "
-                        f"{paper.name}' shows the arithmetic). The flags below override "
-                        f"its parts")
+                        f"activations (default, when neither --model nor --gpu is given: "
+                        f"{paper.name}, {paper.source}, {paper.budget().max_tokens:,} KV "
+                        f"slots; 'pagedsim budget --preset {paper.name}' shows the "
+                        f"arithmetic). With --model or --gpu and no --preset: vLLM's "
+                        f"defaults, utilization {BUDGET_UTILIZATION:g} and "
+                        f"{BUDGET_ACTIVATION_BYTES} GiB of activations, as 'pagedsim "
+                        f"budget' (the same pool for the same flags). The flags below "
+                        f"override its parts")
     p.add_argument("--model", default=None, metavar="NAME|CONFIG", type=model_arg,
                    help=f"{MODEL_HELP} (default the preset's, {paper.model}); MLA models "
                         "by their latent; a model with sliding-window layers runs, by "
@@ -104,16 +108,20 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                    help=f"GPUs the model is sharded over (default the preset's, "
                         f"{paper.num_gpus})")
     p.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="FRACTION",
-                   help=f"fraction of GPU memory the engine claims (default the preset's, "
-                        f"{paper.gpu_memory_utilization:g}: the paper's Table 1 arithmetic; "
-                        f"vLLM's own default is 0.9)")
+                   help=f"fraction of GPU memory the engine claims (default the preset's: "
+                        f"{paper.gpu_memory_utilization:g} in the paper's setting, its Table 1 "
+                        f"arithmetic; {BUDGET_UTILIZATION:g}, vLLM's, with --model or --gpu "
+                        f"and no --preset)")
     p.add_argument("--activation-gb", type=gib_to_bytes, default=None, metavar="GIB",
-                   help=f"activation memory in GiB (default the preset's, "
-                        f"{paper.activation_bytes / GiB:g}: with OPT-13B on an A100-40GB "
-                        f"this leaves the paper's 12 GiB = {paper.budget().max_tokens:,} KV "
-                        f"slots)")
+                   help=f"activation memory in GiB (default the preset's: "
+                        f"{paper.activation_bytes / GiB:g} in the paper's setting, which with "
+                        f"OPT-13B on an A100-40GB leaves its 12 GiB = "
+                        f"{paper.budget().max_tokens:,} KV slots; {BUDGET_ACTIVATION_BYTES}, "
+                        f"vLLM's, with --model or --gpu and no --preset)")
     p.add_argument("--weights-gb", type=gib_to_bytes, default=None, metavar="GIB",
-                   help="weights in GiB (default: the model preset's)")
+                   help="weights in GiB, which size the pool and what each step streams "
+                        "(default: the model preset's; a config.json's safetensors index, "
+                        "else its architecture's parameter count x dtype bytes)")
     rate_text = (f"{_default(d.rate, ' requests/s')}"
                  + (", which saturates every scheme; see pagedsim.experiments"
                     if d.command == "compare" else ""))
@@ -170,10 +178,29 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                    help="no start line, no progress bar and no list of files written")
 
 
+#: The memory setting of ``compare`` and ``sweep`` given ``--model`` or ``--gpu`` and no
+#: ``--preset``: vLLM's start-up defaults, as ``pagedsim budget`` uses them (one GPU,
+#: the model's weights); the paper's model and GPU where only one of the two is given.
+VLLM_DEFAULTS = BudgetPreset(
+    name="vllm-defaults", model=PAPER_OPT_13B.model, gpu=PAPER_OPT_13B.gpu, num_gpus=1,
+    gpu_memory_utilization=BUDGET_UTILIZATION, activation_bytes=BUDGET_ACTIVATION_BYTES,
+    weights_bytes=None, source="vLLM's defaults: gpu_memory_utilization 0.9, no "
+                               "activation memory (as 'pagedsim budget')")
+
+
 def memory_setting(args: argparse.Namespace) -> dict[str, object]:
-    """The memory fields of an :class:`~pagedsim.experiments.Experiment`: ``--preset``
-    (default :data:`pagedsim.models.budget.PAPER_OPT_13B`), each part overridden by its flag."""
-    chosen = get_budget_preset(args.preset) if args.preset else PAPER_OPT_13B
+    """The memory fields of an :class:`~pagedsim.experiments.Experiment`, each part
+    overridden by its flag: ``--preset``'s; without it, the paper's setting
+    (:data:`pagedsim.models.budget.PAPER_OPT_13B`) in the default run (neither ``--model``
+    nor ``--gpu``), and :data:`VLLM_DEFAULTS` (utilization 0.9, no activations, as
+    ``pagedsim budget``) once ``--model`` or ``--gpu`` names another setting, so that
+    ``budget`` and ``compare`` give the same pool for the same flags."""
+    if args.preset:
+        chosen = get_budget_preset(args.preset)
+    elif args.model is None and args.gpu is None:
+        chosen = PAPER_OPT_13B
+    else:
+        chosen = VLLM_DEFAULTS
 
     def pick(value: object, default: object) -> object:
         return default if value is None else value
@@ -307,12 +334,18 @@ def check_trace(exp: Experiment) -> str | None:
 def say_model_notes(exp: Experiment) -> None:
     """One stderr line when the model is a config.json whose ``max_model_len`` came from a
     key other than ``max_position_embeddings``, or from vLLM's 2,048 fallback: the runs
-    reject or clip requests by it, so where it came from is said, not left to guess."""
+    reject or clip requests by it, so where it came from is said, not left to guess; and
+    one saying where a config's weights came from (its index beside the architecture's
+    count, or that count), unless ``--weights-gb`` gave them."""
     import sys
 
-    from ..models.hf_config import max_model_len_note
+    from ..models.hf_config import max_model_len_note, weights_note
     from ..models.specs import get_model
 
-    note = max_model_len_note(get_model(exp.model))
-    if note:
-        print(f"note: {exp.model}: {note}", file=sys.stderr, flush=True)
+    model = get_model(exp.model)
+    notes = [max_model_len_note(model)]
+    if exp.weights_bytes is None or exp.weights_bytes == model.weights_bytes:
+        notes.append(weights_note(model))  # not when --weights-gb set them
+    for note in notes:
+        if note:
+            print(f"note: {exp.model}: {note}", file=sys.stderr, flush=True)

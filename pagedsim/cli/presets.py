@@ -15,7 +15,7 @@ from ..models.budget import (
     kv_budget,
     preset_of,
 )
-from ..models.hf_config import looks_like_config_path, max_model_len_note
+from ..models.hf_config import looks_like_config_path, max_model_len_note, weights_note
 from ..models.kv_spec import KV_CACHE_DTYPE_BYTES
 from ..models.specs import GPUS, MODELS, ModelSpec, get_gpu, get_model
 from ..textfmt import format_table
@@ -198,6 +198,9 @@ def budget_text(b: KVBudget, seq_len: int) -> str:
     note = max_model_len_note(model)
     if note:
         lines.append(note)
+    weights = weights_note(model)
+    if weights and b.weights_bytes == model.weights_bytes:  # not when --weights-gb set them
+        lines.append(weights)
     unused = b.kv_cache_bytes - b.num_blocks * b.bytes_per_block
     if unused:
         lines.append(f"left over (less than one block): {_size(unused)} ({unused} bytes)")

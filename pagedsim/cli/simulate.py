@@ -101,7 +101,9 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
             "preemptions, beside the vLLM paper's Figure 2 and Figure 13 numbers where "
             "the setting is the paper's. Defaults: the paper's setting (--preset "
             f"{PAPER_OPT_13B.name}: OPT-13B, one A100-40GB, "
-            f"{PAPER_OPT_13B.budget().max_tokens:,} KV slots), {DEFAULT_NUM_REQUESTS:,} "
+            f"{PAPER_OPT_13B.budget().max_tokens:,} KV slots; with --model or --gpu and no "
+            "--preset, vLLM's memory defaults instead, as 'pagedsim budget'), "
+            f"{DEFAULT_NUM_REQUESTS:,} "
             f"ShareGPT-like requests at {DEFAULT_RATE:g} req/s. Writes CSVs and PNGs to "
             "--out. " + UNITS_NOTE + "."
         ),

@@ -160,7 +160,8 @@ def sweep_parser(name: str) -> ArgumentParser:
         f"{default_values_text(name)} (set them with --values), each on "
         f"{_load(d.workload)} of {d.num_requests:,} requests{at}, preemption by "
         f"{d.preemption}, in the "
-        f"{PAPER_OPT_13B.name} memory setting; writes sweep_{name.replace('-', '_')}.csv "
+        f"{PAPER_OPT_13B.name} memory setting (with --model or --gpu and no --preset, "
+        f"vLLM's defaults, as 'pagedsim budget'); writes sweep_{name.replace('-', '_')}.csv "
         f"and its figures to --out. " + _POOL_NOTE.get(name, "") + UNITS_NOTE + ".", 88)
     p = ArgumentParser(prog=f"{PROG} sweep {name}", description=description,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

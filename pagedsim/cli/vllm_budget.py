@@ -213,9 +213,10 @@ def _memory_from_gpu(args: argparse.Namespace, spec: ModelSpec, chosen: object,
                        f"{utilization!r}")
     weights = args.weights_gb if args.weights_gb is not None else spec.weights_bytes
     if weights == 0 and args.weights_gb is None:
+        why = spec.weights_from.removeprefix("unknown: ") or "its size is not known"
         raise CliError(f"argument --weights-gb: the weights of {spec.name} are unknown (no "
-                       "model.safetensors.index.json beside the config); give --weights-gb "
-                       "or --kv-cache-memory-gb")
+                       f"model.safetensors.index.json beside the config, and {why}); give "
+                       "--weights-gb or --kv-cache-memory-gb")
     activation = args.activation_gb if args.activation_gb is not None else (
         chosen.activation_bytes if chosen is not None else 0)  # type: ignore[attr-defined]
     usable = int(gpu.memory_bytes * utilization)

@@ -11,20 +11,33 @@ bounded below both by arithmetic and by memory traffic, so (the roofline)::
 with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hidden size
 ``h`` (= num_heads x head_dim, the width of the queries):
 
-* ``flops = 2 * num_params * tokens + 4 * L * h * (kv_tokens_read + prefill_attn_pairs)``.
+* ``flops = 2 * active_params * tokens + 4 * L * h * (kv_tokens_read + prefill_attn_pairs)``.
   A token passing through a weight matrix costs a multiply and an add per weight, hence
-  2 x params per token (embeddings are counted too: a slight over-estimate). Attention
+  2 x params per token (embeddings are counted too: a slight over-estimate). The
+  parameters are the architecture's count (:mod:`pagedsim.models.param_count`, for
+  presets and config.json alike; a MoE token passes through only its
+  ``num_experts_per_tok`` experts, ``ModelSpec.active_params``), or, for a model
+  without one (the hand-written presets, OPT), ``weights_bytes / dtype_bytes``. Attention
   costs, per layer, per query token and per key it attends to, ``2h`` for ``q . k`` and
   ``2h`` for weighting ``v``: ``4 L h`` per (query, key) pair. For decode, the pairs are
   the context tokens read from the cache (``kv_tokens_read``); a prefilled prompt's
   causal self-attention adds ``P (P + 1) / 2`` pairs per prompt of ``P`` tokens
   (``prefill_attn_pairs``; 0 by default, which leaves it out: for OPT-13B it equals the
   2 x params term only at ~34K-token prompts; at 2048 tokens it adds about 3%).
-* ``bytes = weights_bytes + (kv_tokens_read * (1 + kv_block_overhead_tokens / block_size)
-  + tokens) * bytes_per_token``: every step streams all weights from HBM once (whatever
-  the batch: that is why batching pays), reads the cached K/V it attends to, and writes
-  one K/V slot per processed token. Activations are left out (they are small and mostly
-  stay on chip).
+* ``bytes = weights_read(tokens) + (kv_tokens_read * (1 + kv_block_overhead_tokens /
+  block_size) + tokens) * bytes_per_token``: every step streams the weights from HBM once
+  (whatever the batch: that is why batching pays), reads the cached K/V it attends to,
+  and writes one K/V slot per processed token. Activations are left out (they are small
+  and mostly stay on chip). A dense model's ``weights_read`` is all of ``weights_bytes``
+  (the preset's, the safetensors index's, the architecture's count x dtype bytes, or
+  ``--weights-gb``'s). A MoE model streams its dense weights and only the experts its
+  tokens route to: ``weights_bytes x (dense + moe_layers x expert x touched(tokens)) /
+  total params``, with ``touched(t) = E x (1 - (1 - k/E) ** t)`` distinct experts a layer
+  expected under uniform routing (:meth:`ParamCount.streamed_fraction
+  <pagedsim.models.param_count.ParamCount.streamed_fraction>`): ``k`` of them at one
+  token, all ``E`` at large batches. Bytes per parameter are taken as uniform
+  (``weights_bytes / total``), so a checkpoint quantized unevenly (gpt-oss: MXFP4
+  experts, bf16 attention) is approximated.
 * The paged attention kernel looks every block up in a block table and gathers it
   separately, so it reads K/V less efficiently than a kernel streaming one contiguous
   region, and the smaller the blocks the worse: each block read costs as much as
@@ -143,6 +156,8 @@ class CostModel:
     window_tokens: tuple[int, ...] = ()  # sliding windows whose layers read only the window
     #: Per window of ``window_tokens``: (its layers, their KV bytes per token); derived.
     _windowed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+    #: Parameters one token passes through (``model.active_params``); derived.
+    _active: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, ModelSpec):
@@ -164,6 +179,7 @@ class CostModel:
         if not isinstance(self.host_overlap, bool):
             raise TypeError(f"host_overlap must be True or False, got {self.host_overlap!r}")
         object.__setattr__(self, "_windowed", self._window_layers())
+        object.__setattr__(self, "_active", self.model.active_params)
 
     def _window_layers(self) -> tuple[tuple[int, int], ...]:
         """``window_tokens`` checked against the model's sliding layers: per window, how
@@ -234,7 +250,7 @@ class CostModel:
 
     def _flops(self, tokens: int, attn_pairs: int) -> int:
         m = self.model
-        return 2 * m.num_params * tokens + 4 * m.num_layers * m.hidden_size * attn_pairs
+        return 2 * self._active * tokens + 4 * m.num_layers * m.hidden_size * attn_pairs
 
     def _windowed_flops(self, tokens: int, kv_tokens_read: int, prefill_attn_pairs: int,
                         window_reads: Sequence[int]) -> int:
@@ -244,7 +260,7 @@ class CostModel:
         pairs = m.num_layers * prefill_attn_pairs + full_layers * kv_tokens_read
         pairs += sum(n * read for (n, _), read in zip(self._windowed, window_reads,
                                                       strict=True))
-        return 2 * m.num_params * tokens + 4 * m.hidden_size * pairs
+        return 2 * self._active * tokens + 4 * m.hidden_size * pairs
 
     def _gathered(self, kv_tokens: int) -> int:
         """Tokens of K/V read, in the cost of contiguous reads: block-table gathers cost
@@ -253,22 +269,39 @@ class CostModel:
             return round(kv_tokens * (1 + self.kv_block_overhead_tokens / self.block_size))
         return kv_tokens
 
+    def weights_read(self, tokens: int) -> int:
+        """Bytes of weights a step of ``tokens`` tokens streams: all of ``weights_bytes``
+        for a dense model; for MoE the dense share and the experts its tokens touch
+        (the module docstring). 0 tokens read nothing."""
+        check_int("tokens", tokens, minimum=0)
+        return self._weights_read(tokens)
+
+    def _weights_read(self, tokens: int) -> int:
+        params = self.model.params
+        if tokens == 0:
+            return 0
+        if params is None or not params.is_moe:
+            return self.model.weights_bytes
+        return round(self.model.weights_bytes * params.streamed_fraction(tokens))
+
     def _bytes(self, tokens: int, kv_tokens_read: int,
                window_reads: Sequence[int] = ()) -> int:
         if tokens == 0:
             return 0
         m = self.model
+        weights = self._weights_read(tokens)
         if not window_reads:  # every layer reads the whole context
-            return m.weights_bytes + (self._gathered(kv_tokens_read) + tokens) * m.bytes_per_token
+            return weights + (self._gathered(kv_tokens_read) + tokens) * m.bytes_per_token
         full_bytes = m.bytes_per_token - sum(b for _, b in self._windowed)
         kv = self._gathered(kv_tokens_read) * full_bytes
         kv += sum(self._gathered(read) * b
                   for (_, b), read in zip(self._windowed, window_reads, strict=True))
-        return m.weights_bytes + kv + tokens * m.bytes_per_token
+        return weights + kv + tokens * m.bytes_per_token
 
     def step_bytes(self, num_prefill_tokens: int, num_decode_seqs: int,
                    kv_tokens_read: int, kv_window_tokens_read: Sequence[int] = ()) -> int:
-        """HBM bytes one step moves (all GPUs together): weights once, KV read, KV written."""
+        """HBM bytes one step moves (all GPUs together): weights once (MoE: the experts
+        touched), KV read, KV written."""
         tokens = self._check_step(num_prefill_tokens, num_decode_seqs, kv_tokens_read, 0)
         if self.window_tokens or kv_window_tokens_read:
             self._check_windows(kv_tokens_read, kv_window_tokens_read)

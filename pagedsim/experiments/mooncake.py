@@ -34,8 +34,11 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 #: The model and GPU of the runs (``--model`` / ``--gpu``); the other memory settings are
-#: the CLI's defaults (the paper preset's utilization 1.0 and 2 GiB of activations).
+#: the paper preset's (utilization 1.0 and 2 GiB of activations), which the commands ask
+#: for with :data:`PRESET_FLAG` (with ``--model`` or ``--gpu`` alone the CLI takes vLLM's).
 MODEL, GPU = "llama-3.1-8b", "h200-141gb"
+#: The flag that keeps the paper preset's utilization and activations under --model/--gpu.
+PRESET_FLAG = "--preset paper-opt-13b"
 #: Requests taken from the head of the trace (``--num-requests``).
 NUM_REQUESTS = 2000
 SCHEMES = ("paged", "prefix-cache", "radix")
@@ -45,8 +48,8 @@ POOL_SIZES = (500_000, 2_000_000, 4_000_000, 8_000_000, 16_000_000)
 
 
 def mooncake_experiment(trace: str, num_requests: int = NUM_REQUESTS) -> Experiment:
-    """What ``pagedsim compare --workload TRACE --num-requests N --model llama-3.1-8b
-    --gpu h200-141gb`` simulates."""
+    """What ``pagedsim compare --workload TRACE --num-requests N --preset paper-opt-13b
+    --model llama-3.1-8b --gpu h200-141gb`` simulates."""
     return Experiment(model=MODEL, gpu=GPU, workload=trace, num_requests=num_requests)
 
 
@@ -58,8 +61,8 @@ def pool_sizes(exp: Experiment, sizes: Sequence[int] = POOL_SIZES) -> list[int]:
 def commands(trace: str, out: str, exp: Experiment, sizes: Sequence[int]) -> list[str]:
     """The CLI commands whose runs :func:`make_mooncake_figures` makes (``trace`` as it
     should be written in them; ``sizes`` the swept pool sizes)."""
-    common = (f"--workload {trace} --num-requests {exp.num_requests} --model {MODEL} "
-              f"--gpu {GPU}")
+    common = (f"--workload {trace} --num-requests {exp.num_requests} {PRESET_FLAG} "
+              f"--model {MODEL} --gpu {GPU}")
     sizes = ",".join(str(c) for c in sizes)
     return [f"pagedsim compare {common} --schemes {','.join(SCHEMES)} --out {out}",
             f"pagedsim sweep cache-size {common} --values {sizes} --out {out}"]

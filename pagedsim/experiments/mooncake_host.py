@@ -107,7 +107,7 @@ def host_section(df: pd.DataFrame, exp: Experiment, out: str | os.PathLike[str])
     link = cost.host_link_bytes_per_s or cost.pcie_bytes_per_s
     block_mib = exp.block_size * cost.model.bytes_per_token / 2**20
     common = (f"--workload PATH/{os.path.basename(exp.workload)} --num-requests "
-              f"{exp.num_requests} --model {exp.model} --gpu {exp.gpu}")
+              f"{exp.num_requests} --preset paper-opt-13b --model {exp.model} --gpu {exp.gpu}")
     cmds = "\n".join([
         f"pagedsim sweep host-cache {common} --values {','.join(f'{g:g}' for g in gbs[1:])} "
         f"--schemes prefix-cache --out {out}",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..engine.cost import CostModel
@@ -222,9 +222,13 @@ class Experiment:
         )
 
     def cost_model(self) -> CostModel:
-        """The roofline step-time model for this model and GPUs."""
+        """The roofline step-time model for this model and GPUs, streaming
+        ``weights_bytes`` (``--weights-gb``) when given, as the pool is sized with them."""
         gpu = get_gpu(self.gpu)
-        return CostModel(get_model(self.model), gpu, num_gpus=self.num_gpus,
+        model = get_model(self.model)
+        if self.weights_bytes is not None and self.weights_bytes != model.weights_bytes:
+            model = replace(model, weights_bytes=self.weights_bytes)
+        return CostModel(model, gpu, num_gpus=self.num_gpus,
                          host_link_bytes_per_s=gpu.host_link_bytes_per_s,
                          host_overlap=self.host_overlap)
 

@@ -68,9 +68,10 @@ def kv_budget(
     num_gpus = check_int("num_gpus", num_gpus, minimum=1)
     if weights_bytes is None and model.weights_bytes == 0 and model.source:
         # A config.json says nothing of the weights' size; a KV budget from 0 would be wrong.
+        why = model.weights_from.removeprefix("unknown: ") or "its size is not known"
         raise ValueError(f"the weights of {model.name} are unknown (no "
-                         "model.safetensors.index.json beside the config): give "
-                         "weights_bytes (--weights-gb)")
+                         f"model.safetensors.index.json beside the config, and {why}): "
+                         "give weights_bytes (--weights-gb)")
     weights = model.weights_bytes if weights_bytes is None else weights_bytes
     weights = check_int("weights_bytes", weights, minimum=0)
     activation_bytes = check_int("activation_bytes", activation_bytes, minimum=0)

@@ -21,8 +21,12 @@ Only the fields the KV cache depends on are read, as vLLM reads them:
   (vLLM's rope-scaling adjustments are not applied: give ``--max-model-len`` to match a run).
 
 Weights are not in config.json: a ``model.safetensors.index.json`` next to it gives their
-size (``metadata.total_size``), otherwise ``weights_bytes`` is 0 (unknown). Nothing is
-downloaded: the config is a file the user has.
+size (``metadata.total_size``), compared with the parameter count of the architecture
+(:mod:`pagedsim.models.param_count`) in :func:`weights_note`; without an index the
+architecture's count x the dtype's bytes is the size, unless the config is quantized
+(``quantization_config``: its bytes per parameter are not the dtype's) or lacks a field
+the count needs, when ``weights_bytes`` is 0 (unknown: give ``--weights-gb``, which
+overrides either). Nothing is downloaded: the config is a file the user has.
 
 Both files are read as strictly as traces (:func:`pagedsim.user_files.read_json_file`):
 regular files of bounded size and depth, each key once; and every field read is
@@ -39,6 +43,7 @@ from pathlib import Path
 from ..user_files import JsonFileError, NotRegularFileError, read_json_file
 from .kv_spec import LayerKV, full, mla, sliding
 from .model_spec import ModelSpec
+from .param_count import ParamCount, count_params
 
 #: Largest config.json read (bytes): real ones are a few KiB; this bounds memory.
 MAX_CONFIG_BYTES = 4 << 20
@@ -198,9 +203,29 @@ def _sliding_flags(text: dict, num_layers: int, where: str) -> list[bool]:
     return [True] * num_layers
 
 
+#: :attr:`ModelSpec.weights_from` of a config whose weights came from its safetensors index.
+FROM_INDEX = "model.safetensors.index.json"
+#: ... and of one whose weights are its architecture's parameter count x the dtype's bytes.
+FROM_ARCHITECTURE = "the architecture"
+
+
+def _param_count(text: dict, where: str) -> tuple[ParamCount | None, str]:
+    """:func:`pagedsim.models.param_count.count_params` of ``text``, each field read as
+    strictly as the KV fields (a ConfigError naming a bad one)."""
+    def field(key: str, default: int | None, least: int) -> int | None:
+        if text.get(key) is None:
+            return default
+        return _int_field(text, key, where, least=least)
+
+    return count_params(text, field)
+
+
 def model_from_config(cfg: dict, name: str, *, weights_bytes: int = 0,
-                      source: str = "") -> ModelSpec:
-    """The :class:`ModelSpec` of a parsed config.json (``cfg``), named ``name``."""
+                      source: str = "", weights_from: str = "") -> ModelSpec:
+    """The :class:`ModelSpec` of a parsed config.json (``cfg``), named ``name``, with its
+    parameter count from the architecture when the config has every field it needs.
+    ``weights_bytes`` 0 (unknown) becomes that count x the dtype's bytes unless the
+    config is quantized; ``weights_from`` says where a given size came from."""
     where = name or "config.json"
     if not isinstance(cfg, dict):
         raise ConfigError(f"{where}: a config.json holds one JSON object, got "
@@ -242,9 +267,25 @@ def model_from_config(cfg: dict, name: str, *, weights_bytes: int = 0,
                            else full(num_kv_heads, head_dim) for f in flags)
         else:
             layers = ()  # uniform full attention: the seed's formula
+    params, why = _param_count(text, where)
+    if weights_bytes == 0:
+        quantized = any(isinstance(c.get("quantization_config"), dict) for c in (cfg, text))
+        if params is None:
+            weights_from = f"unknown: the config has {why} to count the parameters"
+        elif quantized:
+            weights_from = ("unknown: the config is quantized (quantization_config), so "
+                            "its bytes per parameter are not its dtype's")
+        else:
+            weights_bytes = params.total * _DTYPE_BYTES[dtype]
+            weights_from = FROM_ARCHITECTURE
+            if weights_bytes > MAX_WEIGHTS_BYTES:
+                raise ConfigError(f"{where}: the architecture counts {params.total:,} "
+                                  f"parameters, more than the {MAX_WEIGHTS_BYTES:,} bytes "
+                                  "(1 PiB) of weights this reader takes")
     spec = ModelSpec(name, num_layers, num_heads, num_kv_heads, head_dim,
                      _DTYPE_BYTES[dtype], weights_bytes, max_len, layers=layers,
-                     source=source, max_model_len_from=max_len_from)
+                     source=source, max_model_len_from=max_len_from, params=params,
+                     weights_from=weights_from)
     if spec.bytes_per_token > MAX_KV_BYTES_PER_TOKEN:
         raise ConfigError(f"{where}: {spec.bytes_per_token:,} bytes of KV per token "
                           f"(num_hidden_layers x heads x head_dim), more than the "
@@ -302,8 +343,31 @@ def load_config(path: str | Path) -> ModelSpec:
         raise ConfigError(f"cannot read model config {str(path)!r}: No such file or "
                           "directory")
     cfg = _read(p, "model config", MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH)
-    return model_from_config(cfg, str(path), weights_bytes=weights_next_to(p),
-                             source=f"config file {p}")
+    index_bytes = weights_next_to(p)
+    return model_from_config(cfg, str(path), weights_bytes=index_bytes,
+                             source=f"config file {p}",
+                             weights_from=FROM_INDEX if index_bytes else "")
+
+
+def weights_note(spec: ModelSpec) -> str | None:
+    """One line saying where a config's weights came from and, beside a safetensors
+    index, how the index compares with the architecture's count; None for a preset."""
+    origin = spec.weights_from
+    if not origin or origin.startswith("unknown"):
+        return None
+    gib = spec.weights_bytes / 2**30
+    if origin == FROM_ARCHITECTURE and spec.params is not None:
+        return (f"weights {gib:.2f} GiB = the architecture's {spec.params.total:,} "
+                f"parameters x {spec.dtype_bytes} bytes (no {FROM_INDEX} beside the config; "
+                "--weights-gb overrides)")
+    if spec.params is None:
+        return f"weights {gib:.2f} GiB from {FROM_INDEX} (--weights-gb overrides)"
+    arch = spec.params.total * spec.dtype_bytes
+    return (f"weights {gib:.2f} GiB from {FROM_INDEX}; the architecture counts "
+            f"{spec.params.total:,} parameters = {arch / 2**30:.2f} GiB in "
+            f"{spec.dtype_bytes} bytes each: the index holds {spec.weights_bytes / arch:.3f}x "
+            "that (below 1: quantized; above: tensors the count leaves out; --weights-gb "
+            "overrides)")
 
 
 def max_model_len_note(spec: ModelSpec) -> str | None:

@@ -1,7 +1,9 @@
 """Presets of today's models, read from ``model_presets.json`` (inside the package).
 
-Each entry holds the config.json fields the KV cache depends on, copied from the model's
-Hugging Face config (its URL is the entry's ``source``), and the weights: ``weights_gib``
+Each entry holds the config.json fields the KV cache and the parameter count
+(:mod:`pagedsim.models.param_count`: vocabulary, MLP and expert sizes, which the cost
+model's flops and MoE weight streaming use) depend on, copied from the model's Hugging
+Face config (its URL is the entry's ``source``), and the weights: ``weights_gib``
 when a measured size is given (with ``weights_note`` saying where from), otherwise the
 published parameter count x ``weight_bytes_per_param``. The fields are read by
 :func:`pagedsim.models.hf_config.model_from_config`, the same reader ``--model config.json``

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..validate import check_int
 from .kv_spec import LayerKV, full
+from .param_count import ParamCount
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,13 @@ class ModelSpec:
     ``max_model_len_from`` which of its keys gave ``max_model_len`` (or vLLM's default
     when none did; :func:`pagedsim.models.hf_config.max_model_len_of`), empty when not
     read from a config.
+
+    ``params`` is the parameter count from the architecture
+    (:mod:`pagedsim.models.param_count`; None when the config lacks a field it needs, and
+    for the hand-written presets): the cost model's flops and, for MoE, the share of
+    ``weights_bytes`` a step streams. ``weights_from`` says where ``weights_bytes``
+    came from for a config.json (its safetensors index, compared with the architecture's
+    count, or the architecture's count itself), empty for a preset.
     """
 
     name: str
@@ -39,6 +47,8 @@ class ModelSpec:
     layers: tuple[LayerKV, ...] = ()
     source: str = ""
     max_model_len_from: str = ""
+    params: ParamCount | None = None
+    weights_from: str = ""
 
     def __post_init__(self) -> None:
         for field in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "dtype_bytes",
@@ -54,6 +64,9 @@ class ModelSpec:
                 isinstance(layer, LayerKV) for layer in self.layers):
             raise TypeError(f"{self.name}: layers must be a tuple of LayerKV, "
                             f"got {type(self.layers).__name__}")
+        if self.params is not None and not isinstance(self.params, ParamCount):
+            raise TypeError(f"{self.name}: params must be a ParamCount or None, "
+                            f"got {type(self.params).__name__}")
         if self.layers and len(self.layers) != self.num_layers:
             raise ValueError(f"{self.name}: {len(self.layers)} layer specs for "
                              f"num_layers {self.num_layers}")
@@ -88,5 +101,16 @@ class ModelSpec:
 
     @property
     def num_params(self) -> int:
-        """Parameter count implied by ``weights_bytes`` and the dtype."""
+        """Parameter count: the architecture's (``params.total``) when known, otherwise
+        the one ``weights_bytes`` implies in the dtype."""
+        if self.params is not None:
+            return self.params.total
         return self.weights_bytes // self.dtype_bytes
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through (MoE: its ``experts_per_token`` experts
+        a layer; :attr:`ParamCount.active`), or :attr:`num_params` without ``params``."""
+        if self.params is not None:
+            return self.params.active
+        return self.num_params

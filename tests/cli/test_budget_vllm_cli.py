@@ -82,9 +82,11 @@ def test_equal_stage_figures_are_not_a_duplicate(capsys: pytest.CaptureFixture[s
 
 
 def test_unknown_weights_of_a_config_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["budget", "--model", str(CONFIGS / "qwen3-14b.json"),
+    """A config too trimmed to count its parameters (no vocab_size), without an index."""
+    assert main(["budget", "--model", str(CONFIGS / "qwen3-0.6b.json"),
                  "--gpu", "h100-80gb", "--tensor-parallel-size", "2"]) == 2
-    assert "--weights-gb" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--weights-gb" in err and "no vocab_size" in err
 
 
 @pytest.mark.parametrize("model", ["gpt-oss-20b", str(CONFIGS / "qwen3-14b.json")])
@@ -105,7 +107,7 @@ def test_compare_takes_new_presets_and_configs(capsys: pytest.CaptureFixture[str
 
 def test_compare_with_a_config_and_no_weights_is_refused(capsys: pytest.CaptureFixture[str],
                                                          tmp_path: Path) -> None:
-    argv = ["compare", "--model", str(CONFIGS / "qwen3-14b.json"), "--gpu", "h100-80gb",
+    argv = ["compare", "--model", str(CONFIGS / "qwen3-0.6b.json"), "--gpu", "h100-80gb",
             "--num-requests", "5", "--jobs", "1", "--out", str(tmp_path)]
     assert main(argv) == 2
     assert "--weights-gb" in capsys.readouterr().err

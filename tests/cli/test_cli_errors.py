@@ -232,7 +232,7 @@ def test_presets_any_case_in_compare(capsys: pytest.CaptureFixture[str]) -> None
     argv = ["compare", "--num-requests", "5", "--schemes", "paged", "--json", *QUIET]
     assert main([*argv, "--model", "OPT-13B", "--gpu", "A100-40GB"]) == 0
     upper = json.loads(capsys.readouterr().out)
-    assert main(argv) == 0
+    assert main([*argv, "--model", "opt-13b", "--gpu", "a100-40gb"]) == 0
     assert json.loads(capsys.readouterr().out) == upper
 
 

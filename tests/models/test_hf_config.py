@@ -189,8 +189,14 @@ def test_every_preset_names_its_source() -> None:
 
 
 def test_get_model_reads_a_config_path() -> None:
+    """Without a safetensors index the weights are the architecture's count x 2 bytes:
+    for Qwen3-14B 14,768,307,200 parameters, the total_size of its own index below."""
     m = get_model(str(CONFIGS / "qwen3-14b.json"))
-    assert m.bytes_per_token == 160 * KiB and m.weights_bytes == 0
+    assert m.bytes_per_token == 160 * KiB and m.weights_bytes == 29_536_614_400
+    assert m.weights_from == "the architecture"
+    trimmed = get_model(str(CONFIGS / "qwen3-0.6b.json"))  # no vocab_size: not counted
+    assert trimmed.weights_bytes == 0 and trimmed.params is None
+    assert "no vocab_size" in trimmed.weights_from
 
 
 def test_weights_from_a_safetensors_index(tmp_path: Path) -> None:
