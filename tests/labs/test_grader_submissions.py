@@ -1,0 +1,93 @@
+"""Submissions that attack the grader rather than the graders (issue 37).
+
+- the graded code prints terminal escapes (clear the screen, a fake "total 100/100", then
+  conceal): every report shows them written out, never raw;
+- a student file is a symbolic link (to the reference, when a submission is unpacked inside
+  the instructor's checkout) or a FIFO: refused with one line, never followed or opened
+  for a blocking read;
+- the forbidden-import check, which runs in the grading process before the graders and
+  outside their time limit: a long attribute chain costs linear time (it cost N^3: 500
+  links took two minutes), and a file Python's parser gives up on scores 0 with one line
+  instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from pagedsim.labs import get_lab, grade
+from pagedsim.labs.release import release_lab
+from pagedsim.labs.results import LabResult, TaskScore, visible
+
+ROOT = Path(__file__).resolve().parents[2]
+LABS = ROOT / "labs"
+pytestmark = pytest.mark.skipif(not (LABS / "lab1_budget").is_dir() or not hasattr(os, "fork"),
+                                reason="needs lab 1 and os.fork")
+#: What a terminal acts on: C0 controls but newline and tab, DEL, C1 controls.
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Clear the screen, home the cursor, print a fake total, conceal what follows.
+FAKE = "\x1b[2J\x1b[H total 100/100 \x1b[8m"
+
+
+@pytest.fixture(scope="module")
+def starter(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("starter")
+    release_lab(get_lab(1, LABS), out / "lab1_budget")
+    return (out / "lab1_budget" / "budget_lab.py").read_text(encoding="utf-8")
+
+
+def _submission(root: Path, text: str) -> Path:
+    folder = root / "lab1_budget"
+    folder.mkdir(parents=True)
+    (folder / "budget_lab.py").write_text(text, encoding="utf-8")
+    return root
+
+
+def _reports(result: LabResult) -> list[str]:
+    """Every text a person reads of ``result``: both tables, both results.json's fields."""
+    texts = [result.table(), result.table(instructor=True)]
+    for instructor in (False, True):
+        data = result.to_gradescope(instructor)
+        texts += [data["output"], *(t["output"] for t in data["tests"]),
+                  *(t["name"] for t in data["tests"])]
+    return texts
+
+
+# --------------------------------------------------------------------------------------
+# Terminal escapes
+
+
+def test_visible_writes_out_controls_and_keeps_line_ends() -> None:
+    assert visible("a\tb\nc") == "a\tb\nc"
+    assert visible("a\r\nb") == "a\nb"  # a Windows line end stays a line end
+    assert visible(FAKE) == "\\x1b[2J\\x1b[H total 100/100 \\x1b[8m"
+    assert visible("x\ry\x9b2J\x00\x7f\u202eevil") == "x\\ry\\x9b2J\\x00\\x7f\\u202eevil"
+
+
+def test_escapes_the_graded_code_prints_reach_no_report_raw(starter: str,
+                                                            tmp_path: Path) -> None:
+    """The starter prints the fake total at import and fails a test with it in the
+    message: the grade is 0, and every report shows the escapes written out."""
+    cheat = (f"\nprint({FAKE!r})\n"
+             f"def bytes_per_token(model):\n    raise ValueError({FAKE!r})\n")
+    path = _submission(tmp_path, starter + cheat)
+    result = grade(1, path=path, labs_dir=LABS, tasks=["lab1_1"], timeout_s=180)
+    assert result.score == 0 and "\x1b" in result.output  # the escapes did reach the grader
+    for text in _reports(result):
+        assert not RAW_CONTROL.search(text), repr(text)
+    assert "\\x1b[2J" in result.table() and "\\x1b[8m" in result.table(instructor=True)
+
+
+def test_a_report_escapes_every_field_that_holds_student_text() -> None:
+    lab = get_lab(1, LABS)
+    tasks = tuple(TaskScore(t.marker, t.title, t.points, 0.0, 0, 1, f"failed: {FAKE}")
+                  for t in lab.tasks)
+    result = LabResult(lab=lab, graded=f"/tmp/{FAKE}", tasks=tasks, message=f"m {FAKE}",
+                       errors=(f"e {FAKE}",), output=FAKE, output_bytes=len(FAKE))
+    for text in _reports(result):
+        assert not RAW_CONTROL.search(text), repr(text)
+    assert result.table().count("\\x1b[2J") >= 4  # graded, message, error, printed output
