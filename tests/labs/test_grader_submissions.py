@@ -72,7 +72,7 @@ def test_escapes_the_graded_code_prints_reach_no_report_raw(starter: str,
                                                             tmp_path: Path) -> None:
     """The starter prints the fake total at import and fails a test with it in the
     message: the grade is 0, and every report shows the escapes written out."""
-    cheat = (f"\nprint({FAKE!r})\n"
+    cheat = (f"\nprint({FAKE!r}, flush=True)\n"
              f"def bytes_per_token(model):\n    raise ValueError({FAKE!r})\n")
     path = _submission(tmp_path, starter + cheat)
     result = grade(1, path=path, labs_dir=LABS, tasks=["lab1_1"], timeout_s=180)
