@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
 
-from pagedsim.labs import get_lab, grade
+from pagedsim.labs import LabError, get_lab, grade
 from pagedsim.labs.release import release_lab
 from pagedsim.labs.results import LabResult, TaskScore, visible
 
@@ -91,3 +92,36 @@ def test_a_report_escapes_every_field_that_holds_student_text() -> None:
     for text in _reports(result):
         assert not RAW_CONTROL.search(text), repr(text)
     assert result.table().count("\\x1b[2J") >= 4  # graded, message, error, printed output
+
+
+# --------------------------------------------------------------------------------------
+# Links and special files
+
+
+def test_a_student_file_linked_to_the_reference_is_refused(tmp_path: Path) -> None:
+    """Before: the link was followed and the reference scored 100/100."""
+    folder = tmp_path / "lab1_budget"
+    folder.mkdir()
+    reference = LABS / "lab1_budget" / "budget_lab.py"
+    (folder / "budget_lab.py").symlink_to(os.path.relpath(reference, folder))
+    result = grade(1, path=tmp_path, labs_dir=LABS, timeout_s=180)
+    assert result.score == 0 and all(t.score == 0 for t in result.tasks)
+    assert "budget_lab.py is a symbolic link" in result.message
+    assert "\n" not in result.message
+
+
+def test_a_linked_lab_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "lab1_budget").symlink_to(LABS / "lab1_budget")
+    with pytest.raises(LabError, match="lab1_budget .* is a symbolic link"):
+        grade(1, path=tmp_path, labs_dir=LABS, timeout_s=180)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """Before: reported as a missing file; opened for reading it would block forever."""
+    folder = tmp_path / "lab1_budget"
+    folder.mkdir()
+    os.mkfifo(folder / "budget_lab.py")
+    start = time.perf_counter()
+    result = grade(1, path=tmp_path, labs_dir=LABS, timeout_s=180)
+    assert result.score == 0 and "budget_lab.py is not a regular file" in result.message
+    assert time.perf_counter() - start < 30
