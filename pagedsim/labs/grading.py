@@ -9,7 +9,8 @@
    files only: a link or a FIFO there scores 0 with one line, never followed or read), or
    one mutant applied to the reference, or the reference as it is;
 3. check the student files for imports the lab forbids (statically, with ``ast``:
-   :mod:`pagedsim.labs.imports`): one found scores 0 on every task and pytest does not run;
+   :mod:`pagedsim.labs.imports`): one found scores 0 on every task and pytest does not run,
+   as does a file Python's parser gives up on;
 4. run ``python -m pytest -q -p pagedsim.labs.plugin test_lab<N>.py`` in a subprocess, in
    the first folder, and read the per-test outcomes the plugin writes (installed pytest
    plugins are not auto-loaded, except hypothesis's). That process runs the graders but
@@ -35,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .imports import forbidden_imports
+from .imports import UnparsableSource, forbidden_imports
 from .meta import (
     LABS_DIR_ENV,
     RESULTS_ENV,
@@ -179,8 +180,11 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         if missing:
             return _zero(lab, selected, graded, _missing_message(
                 lab, missing, Path(uploaded) if uploaded else source), start)
-        found = [line for name, text in graded_files.items()
-                 for line in forbidden_imports(text, lab.forbidden_imports, name)]
+        try:
+            found = [line for name, text in graded_files.items()
+                     for line in forbidden_imports(text, lab.forbidden_imports, name)]
+        except UnparsableSource as e:  # the graders could not import it either
+            return _zero(lab, selected, graded, f"{e}; every task scores 0", start)
         if found:
             return _zero(lab, selected, graded, "; ".join(found) + "; every task scores 0",
                          start)

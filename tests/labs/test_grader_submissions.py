@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import time
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from pagedsim.labs import LabError, get_lab, grade
+from pagedsim.labs import LabError, forbidden_imports, get_lab, grade
+from pagedsim.labs.imports import UnparsableSource
 from pagedsim.labs.release import release_lab
 from pagedsim.labs.results import LabResult, TaskScore, visible
 
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LABS = ROOT / "labs"
 pytestmark = pytest.mark.skipif(not (LABS / "lab1_budget").is_dir() or not hasattr(os, "fork"),
                                 reason="needs lab 1 and os.fork")
+FORBIDDEN = ["pagedsim.models.budget"]
 #: What a terminal acts on: C0 controls but newline and tab, DEL, C1 controls.
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: Clear the screen, home the cursor, print a fake total, conceal what follows.
@@ -125,3 +128,61 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     result = grade(1, path=tmp_path, labs_dir=LABS, timeout_s=180)
     assert result.score == 0 and "budget_lab.py is not a regular file" in result.message
     assert time.perf_counter() - start < 30
+
+
+# --------------------------------------------------------------------------------------
+# The forbidden-import check's cost and the files it cannot parse
+
+
+class _TooManyImports(BaseException):
+    """Not an Exception: the check's own ``except Exception`` must not swallow it."""
+
+
+def test_a_long_attribute_chain_costs_a_few_lookups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: every link of ``pagedsim.a.a...`` tried to import every prefix of the whole
+    chain (N^2 imports of N-part names: 500 links took two minutes)."""
+    real = importlib.import_module
+    calls = []
+
+    def counted(name: str, package: str | None = None):
+        calls.append(name)
+        if len(calls) > 50:
+            raise _TooManyImports(f"{len(calls)} imports for one chain")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", counted)
+    source = "import pagedsim\nx = pagedsim" + ".a" * 1000 + "\n"
+    assert forbidden_imports(source, FORBIDDEN, "s.py") == []
+    assert len(calls) <= 5
+
+
+@pytest.mark.parametrize("links", [1000, 100_000])
+def test_a_long_attribute_chain_is_checked_in_well_under_a_second(links: int) -> None:
+    source = "import pagedsim\nx = pagedsim" + ".a" * links + "\n"
+    start = time.perf_counter()
+    try:
+        forbidden_imports(source, FORBIDDEN, "s.py")
+    except UnparsableSource:
+        pass  # 100,000 links are more than the parser takes
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_long_forbidden_chain_is_found_and_named_briefly() -> None:
+    source = "import pagedsim\nx = pagedsim.kv_budget" + ".a" * 1000 + "\n"
+    [line] = forbidden_imports(source, FORBIDDEN, "s.py")
+    assert line.startswith("s.py:2: uses pagedsim.kv_budget.a.a") and len(line) < 300
+
+
+@pytest.mark.parametrize("line", ["x = " + "-" * 100_000 + "1", "x = " + "1+" * 200_000 + "1",
+                                  "x = pagedsim" + ".a" * 100_000],
+                         ids=["unary-minus", "plus", "attributes"])
+def test_a_file_the_parser_cannot_take_scores_zero_with_one_line(line: str,
+                                                                 tmp_path: Path) -> None:
+    """Before: MemoryError or RecursionError out of the check, a traceback and no grade."""
+    with pytest.raises(UnparsableSource, match="s.py: Python's parser could not read"):
+        forbidden_imports(line + "\n", FORBIDDEN, "s.py")
+    path = _submission(tmp_path, line + "\n")
+    result = grade(1, path=path, labs_dir=LABS, timeout_s=180)
+    assert result.score == 0 and all(t.score == 0 for t in result.tasks)
+    assert result.message.startswith("budget_lab.py: Python's parser could not read")
+    assert "\n" not in result.message
