@@ -5,10 +5,12 @@
 1. copy the lab folder into a fresh temporary folder, leaving out ``mutants.py`` and the
    student files (and the lab's ``worker_modules``);
 2. put what is graded into a second, separate folder: the student files from ``path`` (a
-   released tree's root holding ``lab<N>_<slug>/``, or that lab folder itself), or one
-   mutant applied to the reference, or the reference as it is;
+   released tree's root holding ``lab<N>_<slug>/``, or that lab folder itself; regular
+   files only: a link or a FIFO there scores 0 with one line, never followed or read), or
+   one mutant applied to the reference, or the reference as it is;
 3. check the student files for imports the lab forbids (statically, with ``ast``:
-   :mod:`pagedsim.labs.imports`): one found scores 0 on every task and pytest does not run;
+   :mod:`pagedsim.labs.imports`): one found scores 0 on every task and pytest does not run,
+   as does a file Python's parser gives up on;
 4. run ``python -m pytest -q -p pagedsim.labs.plugin test_lab<N>.py`` in a subprocess, in
    the first folder, and read the per-test outcomes the plugin writes (installed pytest
    plugins are not auto-loaded, except hypothesis's). That process runs the graders but
@@ -27,13 +29,14 @@ import math
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .imports import forbidden_imports
+from .imports import UnparsableSource, forbidden_imports
 from .meta import (
     LABS_DIR_ENV,
     RESULTS_ENV,
@@ -94,6 +97,9 @@ def student_dir(lab: LabInfo, path: Path | str) -> Path:
         raise LabError(f"path {str(path)!r} is not a folder; give the released tree's root or "
                        f"its {lab.folder}/ folder")
     nested = path / lab.folder
+    if nested.is_symlink():  # a submission's link could lead to the reference lab folder
+        raise LabError(f"{lab.folder} in {str(path)!r} is a symbolic link; links in a "
+                       f"submission are never followed: give the folder itself")
     return (nested if nested.is_dir() else path).resolve()
 
 
@@ -151,12 +157,19 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         if path is not None:
             source = student_dir(lab, path)
             graded = "the uploaded files" if uploaded else str(source)
+            refused: list[str] = []
             for name in lab.student_files:
-                if (source / name).is_file():
-                    graded_files[name] = (source / name).read_text(encoding="utf-8",
-                                                                   errors="replace")
-                else:
+                try:
+                    text = _read_plain(source / name)
+                except FileNotFoundError:
                     missing.append(name)
+                except _NotPlain as e:
+                    refused.append(f"{name} {e}")
+                else:
+                    graded_files[name] = text
+            if refused:
+                return _zero(lab, selected, graded, "; ".join(refused) + ": upload the file "
+                             "itself; every task scores 0", start)
         elif mutant is not None:
             planted = get_mutant(lab, mutant)
             graded_files[planted.file] = planted.apply(graded_files[planted.file],
@@ -167,8 +180,11 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         if missing:
             return _zero(lab, selected, graded, _missing_message(
                 lab, missing, Path(uploaded) if uploaded else source), start)
-        found = [line for name, text in graded_files.items()
-                 for line in forbidden_imports(text, lab.forbidden_imports, name)]
+        try:
+            found = [line for name, text in graded_files.items()
+                     for line in forbidden_imports(text, lab.forbidden_imports, name)]
+        except UnparsableSource as e:  # the graders could not import it either
+            return _zero(lab, selected, graded, f"{e}; every task scores 0", start)
         if found:
             return _zero(lab, selected, graded, "; ".join(found) + "; every task scores 0",
                          start)
@@ -185,6 +201,32 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s, extra,
                                     runner, worker)
     return _score(lab, selected, graded, records, note, start)
+
+
+class _NotPlain(Exception):
+    """A student file that is a link or a special file, not a regular file."""
+
+
+def _read_plain(path: Path) -> str:
+    """The text of the regular file at ``path``, never following a symbolic link there
+    (one to the reference, in a submission unpacked inside the instructor's checkout, was
+    graded as the student's) and never blocking on a FIFO or reading a device:
+    :class:`_NotPlain` says what it is instead. FileNotFoundError if there is nothing."""
+    # O_NOFOLLOW makes open fail on a link (checked by lstat first for the message), and
+    # O_NONBLOCK keeps a FIFO without a writer from hanging the open; fstat then judges
+    # what was actually opened, so nothing can be swapped in between.
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise _NotPlain("is a symbolic link, not a file (links are never followed)")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise _NotPlain(f"could not be opened as a plain file ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise _NotPlain("is not a regular file (a folder, FIFO or device)")
+        return f.read().decode("utf-8", errors="replace")
 
 
 def _missing_message(lab: LabInfo, missing: list[str], where: Path) -> str:

@@ -12,6 +12,12 @@ Checked statically with ``ast``, without running the student's code:
   forbidden module (the grader's own process has imported pagedsim already).
 
 A forbidden module ``X`` also forbids its submodules ``X.*``.
+
+The check runs in the grading process, before the graders and outside their time limit, so
+its cost is linear in the source: an attribute chain (``pagedsim.a.a...``) is followed once,
+from its outermost node, not once per link. A file too deep for Python's parser (which
+raises RecursionError or MemoryError, not SyntaxError) is refused with
+:class:`UnparsableSource`.
 """
 
 from __future__ import annotations
@@ -20,13 +26,23 @@ import ast
 import importlib
 import types
 
+from .meta import LabError
 from .pysource import parse
+
+#: Characters of a dotted name quoted in a report (a chain can be 100,000 links long).
+_SHOWN_NAME_CHARS = 120
+
+
+class UnparsableSource(LabError):
+    """A student file Python's parser gave up on (nested too deeply, or too large)."""
 
 
 def forbidden_imports(source: str, forbidden: tuple[str, ...] | list[str],
                       filename: str = "<string>") -> list[str]:
     """One ``file:line: uses X, ...`` line per use of a forbidden module in ``source``; []
-    when clean or when ``source`` does not parse (pytest then reports the syntax error)."""
+    when clean or when ``source`` does not parse (pytest then reports the syntax error).
+    :class:`UnparsableSource` (one line) when the parser itself gives up: 100,000 nested
+    unary minuses raise MemoryError, a 1,000-link attribute chain RecursionError."""
     forbidden = tuple(forbidden)
     if not forbidden:
         return []
@@ -34,13 +50,19 @@ def forbidden_imports(source: str, forbidden: tuple[str, ...] | list[str],
         tree = parse(source, filename=filename)
     except (SyntaxError, ValueError):
         return []
+    except (RecursionError, MemoryError) as e:
+        raise UnparsableSource(f"{filename}: Python's parser could not read this file "
+                               f"({type(e).__name__}: it is nested too deeply or too large)"
+                               ) from None
     bound: dict[str, str] = {}  # local name -> the dotted name it was imported as
     found: dict[int, str] = {}  # line -> the first offence on it
 
     def report(node: ast.expr | ast.stmt, name: str) -> None:
         hit = _offender(name, forbidden)
         if hit is not None and node.lineno not in found:
-            found[node.lineno] = (f"{filename}:{node.lineno}: uses {name}, which this lab "
+            shown = name if len(name) <= _SHOWN_NAME_CHARS else (
+                name[:_SHOWN_NAME_CHARS] + f"... ({len(name):,} characters)")
+            found[node.lineno] = (f"{filename}:{node.lineno}: uses {shown}, which this lab "
                                   f"forbids ({hit})")
 
     for node in ast.walk(tree):
@@ -58,8 +80,12 @@ def forbidden_imports(source: str, forbidden: tuple[str, ...] | list[str],
             first = node.args[0]
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
                 report(node, first.value)
+    # Only the outermost node of a chain: its inner nodes are its prefixes, which
+    # _offender checks on the way (all start on the same line), and walking each of them
+    # again made a chain of N links cost N^3 (500 links: two minutes).
+    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
+        if isinstance(node, ast.Attribute) and id(node) not in inner:
             dotted = _dotted(node, bound)
             if dotted is not None:
                 report(node, dotted)
@@ -86,38 +112,47 @@ def _dotted(node: ast.Attribute, bound: dict[str, str]) -> str | None:
 
 
 def _offender(name: str, forbidden: tuple[str, ...]) -> str | None:
-    """The forbidden prefix ``name`` falls under, directly or through what it resolves to."""
+    """The forbidden prefix ``name`` or one of its dotted prefixes falls under, directly or
+    through what it resolves to."""
     for prefix in forbidden:
         if name == prefix or name.startswith(prefix + "."):
             return prefix
     tops = {f.partition(".")[0] for f in forbidden}
     if name.partition(".")[0] not in tops:
         return None  # only look inside the packages the forbidden modules belong to
-    origin = _origin(name)
-    if origin is None:
-        return None
-    for prefix in forbidden:
-        if origin == prefix or origin.startswith(prefix + "."):
-            return prefix
+    for origin in _origins(name):
+        for prefix in forbidden:
+            if origin == prefix or origin.startswith(prefix + "."):
+                return prefix
     return None
 
 
-def _origin(name: str) -> str | None:
-    """The module the object called ``name`` (``pagedsim.kv_budget``) is defined in, or None
-    if it cannot be found without errors."""
+def _origins(name: str) -> list[str]:
+    """The modules the objects called by ``name``'s prefixes (``pagedsim``,
+    ``pagedsim.kv_budget``, ...) are defined in, as far as they can be found without
+    errors. One step per link, each from the object before it (a submodule not imported yet
+    is imported), so a long chain costs linear time: the old search imported every prefix
+    of the whole name afresh, for every link."""
     parts = name.split(".")
-    for cut in range(len(parts), 0, -1):
+    try:
+        obj: object = importlib.import_module(parts[0])
+    except Exception:  # not a module (or one that fails to import)
+        return []
+    origins = [parts[0]]
+    for attr in parts[1:]:
         try:
-            obj: object = importlib.import_module(".".join(parts[:cut]))
-        except Exception:  # not a module (or one that fails to import): try a shorter one
-            continue
-        try:
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            return None
+            obj = getattr(obj, attr)
+        except Exception:
+            if not isinstance(obj, types.ModuleType):
+                break
+            try:  # a submodule that nothing has imported yet
+                obj = importlib.import_module(f"{obj.__name__}.{attr}")
+            except Exception:
+                break
         if isinstance(obj, types.ModuleType):
-            return obj.__name__
-        module = getattr(obj, "__module__", None)
-        return module if isinstance(module, str) else None
-    return None
+            origins.append(obj.__name__)
+        else:
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str):
+                origins.append(module)
+    return origins

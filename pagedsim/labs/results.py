@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .meta import LabInfo
@@ -22,6 +23,21 @@ INSTRUCTOR_ENV = "PAGEDSIM_LABS_INSTRUCTOR"
 #: An absolute path (``/srv/grading/lab3/test_lab3.py``): not after a word, a dot or a
 #: slash, so that ``3/4`` and ``MB/s`` are left alone.
 _ABSOLUTE_PATH = re.compile(r"(?<![\w./~-])(?:/[\w.@+~-]+)+/?")
+
+
+#: Characters shown escaped (``\x1b``) in a report: C0 and C1 controls but newline and tab,
+#: DEL, and the bidirectional overrides, which reorder what a terminal or a browser shows.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f"
+                     "\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character but newline and tab written out as an escape
+    (``\x1b``, ``\r``, ``\u202e``): the graded code's output and messages reach the
+    grader's terminal through a report, and raw escapes there could clear the screen, print a
+    fake total and hide the real one. A Windows line end ``\r\n`` stays a line end."""
+    text = text.replace("\r\n", "\n")
+    return _HIDDEN.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
 
 
 def instructor_default() -> bool:
@@ -107,7 +123,7 @@ class LabResult:
         return {
             "score": _round(self.score),
             "output": self._summary(instructor),
-            "tests": [{"name": f"{t.marker}: {t.title}", "score": _round(t.score),
+            "tests": [{"name": show(f"{t.marker}: {t.title}"), "score": _round(t.score),
                        "max_score": _round(t.points), "output": show(t.output)}
                       for t in self.tasks],
         }
@@ -170,10 +186,11 @@ class LabResult:
         return _shown(instructor)("\n".join(lines))
 
 
-def _shown(instructor: bool):
-    """What a report's text goes through: nothing for an instructor, :func:`for_students`
-    for a student."""
-    return (lambda text: text) if instructor else for_students
+def _shown(instructor: bool) -> Callable[[str], str]:
+    """What a report's text goes through: :func:`visible` for everyone (the student's text
+    in it may hold terminal escapes), after :func:`for_students` for a student (first, so
+    that an escape written out cannot hide the path that follows it)."""
+    return visible if instructor else (lambda text: visible(for_students(text)))
 
 
 def _round(x: float) -> float:
