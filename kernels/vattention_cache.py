@@ -4,7 +4,7 @@ vAttention (Prabhu et al., ASPLOS'25) reserves, for every request, a *virtual* r
 ``max_model_len`` tokens in each layer's K and V tensor and maps physical pages (2 MiB
 or 64 KiB per layer and K/V tensor) into it as the request grows. The attention kernel
 then sees each request's K and V as one contiguous ``[seq_len, KVH, D]`` tensor: it
-needs no block table. :func:`pagedsim.memory.vattention.VAttentionAllocator`
+needs no block table. :class:`pagedsim.memory.vattention.VAttentionAllocator`
 accounts for those pages; this module is its mirror on real tensors.
 
 Layout. Each layer's K (and V) pool is ``num_pages`` pages of ``page_tokens`` token
@@ -40,9 +40,8 @@ from dataclasses import replace
 import torch
 
 import pagedsim
-from pagedsim.memory.block_manager import BlockManager
 from pagedsim.memory.schemes import get_scheme
-from pagedsim.memory.vattention import PAGE_BYTES_OPTIONS, page_tokens_for
+from pagedsim.memory.vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator, page_tokens_for
 
 from .checks import MAX_BLOCK_SIZE
 from .kv_cache import KVCache, KVCacheConfig, SeqId
@@ -81,21 +80,20 @@ def kernel_block_size(page_tokens: int) -> int:
 
 
 class VAttentionKVCache(KVCache):
-    """A cache over a vAttention block manager
-    (:func:`~pagedsim.memory.vattention.VAttentionAllocator`): pages mapped on demand,
-    forks copy.
+    """A cache over a :class:`~pagedsim.memory.vattention.VAttentionAllocator`: pages
+    mapped on demand, forks copy.
 
     ``config`` must describe the pool exactly as the allocator cuts it:
     ``num_blocks * block_size == num_pages * page_tokens`` with ``block_size``
     dividing ``page_tokens``. :meth:`for_scheme` derives such a config.
     """
 
-    allocator: BlockManager
+    allocator: VAttentionAllocator
 
-    def __init__(self, config: KVCacheConfig, allocator: BlockManager) -> None:
-        if not isinstance(allocator, BlockManager) or allocator.regions is None:
-            raise TypeError(f"allocator must be a VAttentionAllocator (a block manager "
-                            f"with virtual regions), got {type(allocator).__name__}")
+    def __init__(self, config: KVCacheConfig, allocator: VAttentionAllocator) -> None:
+        if not isinstance(allocator, VAttentionAllocator):
+            raise TypeError(f"allocator must be a VAttentionAllocator, got "
+                            f"{type(allocator).__name__}")
         if allocator.block_size % config.block_size:
             raise ValueError(f"pages of {allocator.block_size} tokens are not whole blocks "
                              f"of {config.block_size} slots")

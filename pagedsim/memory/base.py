@@ -39,7 +39,7 @@ def distinct_ids(seq_ids: Iterable[SeqId]) -> tuple[SeqId, ...]:
 
 
 def check_new_ids(seq_ids: Sequence[SeqId], is_taken: Callable[[SeqId], bool],
-                  swapped_ids: set[SeqId]) -> None:
+                  is_swapped_out: Callable[[SeqId], bool]) -> None:
     """Refuse ids given twice, ids ``is_taken`` says are in use, and ids of a swapped-out
     group (it must be able to come back): one ``ValueError`` naming them. Every block
     manager's check of a new sequence."""
@@ -47,7 +47,7 @@ def check_new_ids(seq_ids: Sequence[SeqId], is_taken: Callable[[SeqId], bool],
     clash = [s for s in seq_ids if is_taken(s)]
     if clash:
         raise ValueError(f"{_ids(clash)} already exist{'s' * (len(clash) == 1)}")
-    swapped = [s for s in seq_ids if s in swapped_ids]
+    swapped = [s for s in seq_ids if is_swapped_out(s)]
     if swapped:
         raise ValueError(f"{_ids(swapped)} belong{'s' * (len(swapped) == 1)} to a "
                          "swapped-out group")

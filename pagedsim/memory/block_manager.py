@@ -15,8 +15,6 @@ What differs between schemes is composed in, never overridden (as vLLM v1's
 * ``cache``, the prefix-cache policy (None: no prefix cache): which cached blocks a new
   sequence starts with, how full blocks are named, what happens at free
   (:mod:`.hash_cache`, :mod:`.radix_cache`);
-* ``regions``, vAttention's virtual regions (:class:`~.vattention.Regions`: a cap on
-  sequences and their length, forks that copy).
 
 The class reads top to bottom: admission, growing, sharing, release, swapping; then the
 questions that change nothing (room, lookups, the accounting's view); then helpers. Its
@@ -30,7 +28,7 @@ of decode steps at once are :mod:`.decode_runs`'.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from ..errors import OutOfMemoryError
@@ -54,16 +52,14 @@ from .fast_usage import usage_by_block_walk, usage_by_last_blocks
 class BlockManager:
     """Block tables and reference counts over one pool (see the module docstring)."""
 
-    def __init__(self, pool, cache=None, dedup: bool = False, kind: str = "paged",
-                 regions=None) -> None:
+    def __init__(self, pool, cache=None, dedup: bool = False, kind: str = "paged") -> None:
         if not isinstance(dedup, bool):
             raise ValueError(f"dedup must be True or False, got {dedup!r}")
-        self.pool, self.dedup, self.kind, self.regions = pool, dedup, kind, regions
+        self.pool, self.dedup, self.kind = pool, dedup, kind
         self.num_blocks, self.block_size = pool.num_blocks, pool.block_size
         self.capacity_slots = self.num_blocks * self.block_size
-        # The attention kernel reads blocks through the table; vAttention's reads one
-        # virtually contiguous region.
-        self.kernel_block_slots: int | None = None if regions else self.block_size
+        # The attention kernel reads blocks through the table.
+        self.kernel_block_slots: int | None = self.block_size
         self.kernel_window_tokens: tuple[int, ...] = ()  # every layer full attention
         self.refs = BlockRefs(pool)  # how many tables hold each block
         self._ref = self.refs.counts  # (the same list, bound for the hot paths)
@@ -77,8 +73,8 @@ class BlockManager:
         #: size), or None: nothing is cached, so nobody need hash anything.
         self.prefix_block_size: int | None = None if cache is None else self.block_size
         #: The model's context in tokens, when the registry says it (the scheduler rejects
-        #: longer requests); blocks themselves set no limit. vAttention's regions do.
-        self.max_model_len: int | None = None if regions is None else regions.max_model_len
+        #: longer requests); blocks themselves set no limit.
+        self.max_model_len: int | None = None
 
     # ---------------------------- admission: a new request's blocks, its cached prefix first
     def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
@@ -102,19 +98,14 @@ class BlockManager:
         and ``content`` (the request's :class:`BlockHashes`; a request itself is hashed
         now), each sequence's cached prefix comes from the cache. False, and nothing
         changed, when they do not fit."""
-        regions = self.regions
         num_tokens, content = self._checked_admission(seq_ids, fork_ids, num_tokens,
                                                       final_len, content)
-        if regions is not None and not regions.admits(self, seq_ids, fork_ids, num_tokens):
-            return False
         bs, cache = self.block_size, self.cache
         n = -(-num_tokens // bs)
         if cache is not None and content is not None:  # the policy plans: nothing changes
             plans, need = cache.plan(self, seq_ids, num_tokens, content)
         else:
             plans, need = None, n * len(seq_ids)
-        if regions is not None:
-            need += n * len(fork_ids)  # rooms held for the forks, which copy
         if self.pool.get_num_free_blocks() - need < self.watermark_blocks(watermark):
             return False
         if plans is not None:
@@ -122,8 +113,6 @@ class BlockManager:
             return True
         for seq_id in seq_ids:
             self.add_seq(seq_id, Seq(self.refs.take(n), num_tokens, final_len))
-        if fork_ids and regions is not None:
-            regions.hold(self, fork_ids, n, final_len)
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
@@ -131,8 +120,7 @@ class BlockManager:
         """Blocks for one new sequence (``allocate_group`` checks it); ``OutOfMemoryError``
         saying why, and nothing changed, when they do not fit."""
         if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
-            why = self.regions.refusal(self) if self.regions is not None else None
-            raise OutOfMemoryError(why or f"sequence {seq_id!r} needs "
+            raise OutOfMemoryError(f"sequence {seq_id!r} needs "
                                    f"{self.blocks_needed(num_tokens)} blocks for "
                                    f"{num_tokens} tokens, {self.pool.describe_free()}")
 
@@ -151,8 +139,6 @@ class BlockManager:
             seq.num_tokens += 1
             return slot, None
         n, bs = seq.num_tokens, self.block_size
-        if self.regions is not None:
-            self.regions.check_room(seq_id, n)
         offset = n % bs
         copy = None
         if offset == 0:  # last block full (or no block yet): take a fresh one
@@ -160,7 +146,7 @@ class BlockManager:
             seq.table.append(block)
             self.num_logical_blocks += 1
             slot = block * bs
-            if self.regions is None and bs > 1:  # _set_room of a fresh private block
+            if bs > 1:  # _set_room of a fresh private block
                 seq.num_tokens = n + 1
                 seq.next_slot = slot + 1
                 seq.end_slot = slot + bs - (self.cache is not None)
@@ -197,12 +183,9 @@ class BlockManager:
 
     # --------------------------------------------------- sharing: parallel samples and beams
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
-        """``child_id`` shares every block of ``parent_id``; nothing is copied now
-        (vAttention's regions copy instead: :meth:`~.vattention.Regions.fork`)."""
+        """``child_id`` shares every block of ``parent_id``; nothing is copied now."""
         parent = self._get(parent_id)
-        self._check_new_ids([child_id], forking=True)
-        if self.regions is not None:
-            return self.regions.fork(self, parent_id, parent, child_id)
+        self._check_new_ids([child_id])
         self.refs.hold(parent.table)
         parent.end_slot = 0  # its last block is shared now: the next append may copy it
         child = self.add_seq(child_id, Seq(list(parent.table), parent.num_tokens,
@@ -217,8 +200,6 @@ class BlockManager:
         """Drop the sequence, tail first: blocks nobody else holds go back to the pool (a
         caching pool keeps the full ones' content), so a chain's tail is evicted before
         its head and a prompt freed and allocated again gets its blocks back."""
-        if self.regions is not None and self.regions.release_held(self, seq_id):
-            return
         try:
             seq = self.seqs.pop(seq_id)
         except (KeyError, TypeError):
@@ -241,8 +222,6 @@ class BlockManager:
         """Move ``seq_ids`` to a CPU buffer, keeping their sharing; their GPU blocks are
         released (a caching pool keeps the full ones cached)."""
         seq_ids = distinct_ids(seq_ids)
-        if self.regions is not None:
-            self.regions.check_running(seq_ids)
         seqs = [self._get(s) for s in seq_ids]
         bs = self.block_size
         local: dict[int, int] = {}  # GPU block -> index in the CPU buffer (in blocks)
@@ -263,16 +242,12 @@ class BlockManager:
     def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
         """Whether the group's blocks fit and leave ``watermark`` of the blocks free."""
         group.check_can_return_to(self._swap_token)
-        if self.regions is not None and not self.regions.has_room_for(self, group.seq_ids):
-            return False
         need = group.state["num_blocks"]
         return self.pool.get_num_free_blocks() - need >= self.watermark_blocks(watermark)
 
     def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
         """Bring a swapped group back into fresh blocks (all or nothing); the copies
         CPU -> GPU."""
-        if self.regions is not None:
-            self.regions.check_room_for(self, group.seq_ids)
         n = self._check_swap_in(group)
         free = self.pool.get_num_free_blocks()
         if n > free:
@@ -317,8 +292,6 @@ class BlockManager:
 
     def can_append(self, seq_id: SeqId) -> bool:
         seq = self._get(seq_id)
-        if self.regions is not None and seq.num_tokens >= self.regions.max_model_len:
-            return False
         if seq.num_tokens % self.block_size and self._ref[seq.table[-1]] == 1:
             return True  # room in a private last block
         return self.pool.get_num_free_blocks() > 0
@@ -353,7 +326,7 @@ class BlockManager:
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         """Whether one ``append_slot`` for each of ``seq_ids`` (in order) would all succeed;
         a lone sequence (every decode without samples or beams) is answered directly."""
-        if type(seq_ids) is list and len(seq_ids) == 1 and self.regions is None:
+        if type(seq_ids) is list and len(seq_ids) == 1:
             seq = self._get(seq_ids[0])
             if seq.num_tokens % self.block_size and self._ref[seq.table[-1]] == 1:
                 return True  # room in its private last block
@@ -361,19 +334,13 @@ class BlockManager:
         if type(seq_ids) is not list:
             seq_ids = list(seq_ids)
         distinct_ids(seq_ids)  # refused: a repeat (a second append is another count)
-        if self.regions is not None and any(
-                self._get(s).num_tokens >= self.regions.max_model_len for s in seq_ids):
-            return False
         return self.append_blocks_needed(seq_ids) <= self.pool.get_num_free_blocks()
 
     def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
-        """Whether ``num_tokens`` more tokens fit (a shared partial last block is copied,
-        and a vAttention region must hold the longer sequence)."""
+        """Whether ``num_tokens`` more tokens fit (a shared partial last block is copied)."""
         seq = self._get(seq_id)
         num_tokens = check_int("num_tokens", num_tokens, minimum=0)
         n, bs = seq.num_tokens, self.block_size
-        if self.regions is not None and n + num_tokens > self.regions.max_model_len:
-            return False
         need = -(-(n + num_tokens) // bs) - len(seq.table)
         if num_tokens and n % bs and self._ref[seq.table[-1]] > 1:
             need += 1  # copy-on-write of the shared last block
@@ -390,14 +357,16 @@ class BlockManager:
     # ----------------------------------------------------------------- lookups: one sequence
     def __contains__(self, seq_id: object) -> bool:
         try:
-            if seq_id in self.seqs:
-                return True
+            return seq_id in self.seqs
         except TypeError:  # unhashable: no sequence has it
             return False
-        return self.regions is not None and self.regions.holds(seq_id)
 
     def seq_ids(self) -> Iterator[SeqId]:
         return iter(self.seqs)
+
+    def is_swapped_out(self, seq_id: SeqId) -> bool:
+        """Whether ``seq_id`` belongs to a group this manager swapped out (not yet back)."""
+        return seq_id in self._swapped_ids
 
     def seq_len(self, seq_id: SeqId) -> int:
         return self._get(seq_id).num_tokens
@@ -438,9 +407,8 @@ class BlockManager:
     # --------------------------------------------------------------------- lookups: the pool
     @property
     def num_seqs(self) -> int:
-        """Sequences (and rooms held for forks) that own memory now."""
-        held = self.regions.num_held if self.regions is not None else 0
-        return len(self.seqs) + held
+        """Sequences that own memory now."""
+        return len(self.seqs)
 
     @property
     def num_free_blocks(self) -> int:
@@ -508,17 +476,19 @@ class BlockManager:
         return None if host is None else host.flush()
 
     # ------------------------ the accounting's view, pictures and the property tests' checks
-    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None,
+              outside_tables: Collection[int] = ()) -> SlotUsage:
         """Allocated slots split into token / reserved / internal fragmentation, plus the
-        cached ones (:mod:`pagedsim.memory.accounting` has the rules; one visit per sequence)."""
-        pool, regions = self.pool, self.regions
-        held = 0 if regions is None else len(regions.held_blocks())  # not in any table
-        u = usage_by_last_blocks(self.seqs, self._ref, self.block_size,
-                                 self.num_blocks - pool.get_num_free_blocks() - held,
-                                 self.num_logical_blocks, final_lens,
-                                 cached_slots=pool.num_cached_blocks * self.block_size,
-                                 shared=self.refs.num_shared > 0)
-        return u if regions is None else regions.usage(self, u)
+        cached ones (:mod:`pagedsim.memory.accounting` has the rules; one visit per
+        sequence). ``outside_tables``: blocks a composing class holds in no block table
+        (vAttention's pages mapped for samples to be forked), left out here."""
+        pool = self.pool
+        return usage_by_last_blocks(self.seqs, self._ref, self.block_size,
+                                    self.num_blocks - pool.get_num_free_blocks()
+                                    - len(outside_tables),
+                                    self.num_logical_blocks, final_lens,
+                                    cached_slots=pool.num_cached_blocks * self.block_size,
+                                    shared=self.refs.num_shared > 0)
 
     def snapshot(self) -> dict:
         """The whole state as plain data: block tables, reference counts, the pool's free
@@ -539,21 +509,19 @@ class BlockManager:
         self.pool.snapshot(snap)
         if self.cache is not None:
             self.cache.snapshot(snap)
-        if self.regions is not None:
-            self.regions.snapshot(snap)
         return snap
 
-    def _referenced_blocks(self) -> Counter[int]:
-        """How many references each used block has (block tables and held rooms)."""
+    def _referenced_blocks(self, outside_tables: Collection[int] = ()) -> Counter[int]:
+        """How many references each used block has (block tables, and ``outside_tables``)."""
         counts = Counter(b for seq in self.seqs.values() for b in seq.table)
-        if self.regions is not None:
-            counts.update(self.regions.held_blocks())
+        counts.update(outside_tables)
         return counts
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, outside_tables: Collection[int] = ()) -> None:
         """Assert that tables, reference counts, counters, the pool and the accounting
-        agree (``AssertionError`` naming the first disagreement)."""
-        counts = self._referenced_blocks()
+        agree (``AssertionError`` naming the first disagreement). ``outside_tables``: as
+        for :meth:`usage`, blocks held (one reference each) in no block table."""
+        counts = self._referenced_blocks(outside_tables)
         for b in range(self.num_blocks):
             assert self._ref[b] == counts[b], (
                 f"block {b}: ref count {self._ref[b]} != {counts[b]} table entries")
@@ -577,15 +545,12 @@ class BlockManager:
                 assert len(seq.hashes) == full, (
                     f"sequence {seq_id!r}: {len(seq.hashes)} names for {full} full blocks")
         # The fast accounting (one visit per sequence) against the walk over every block.
-        held = 0 if self.regions is None else len(self.regions.held_blocks())
         walked = replace(usage_by_block_walk(self.seqs, self._ref, bs,
                                              self.num_blocks - self.pool.get_num_free_blocks()
-                                             - held, self.num_logical_blocks),
+                                             - len(outside_tables), self.num_logical_blocks),
                          cached_slots=self.pool.num_cached_blocks * bs)
-        if self.regions is not None:
-            walked = self.regions.usage(self, walked)
-            self.regions.check(self)
-        assert self.usage() == walked, f"fast usage {self.usage()} != {walked}"
+        fast = self.usage(outside_tables=outside_tables)
+        assert fast == walked, f"fast usage {fast} != {walked}"
         if self.cache is not None:
             self.cache.check(self)
 
@@ -621,8 +586,6 @@ class BlockManager:
         # Up to the block's end; with a prefix cache the filling append takes the general
         # path, which names the block.
         room = bs - offset - (self.cache is not None)
-        if self.regions is not None:
-            room = min(room, self.regions.max_model_len - n)
         seq.next_slot = seq.table[-1] * bs + offset
         seq.end_slot = seq.next_slot + room
 
@@ -653,10 +616,8 @@ class BlockManager:
             content = hashes_for(content, self.prefix_block_size)
         return num_tokens, content
 
-    def _check_new_ids(self, seq_ids: Sequence[SeqId], forking: bool = False) -> None:
-        """Refuse ids given twice, ids in use (``forking``: by a running sequence, since
-        vAttention holds a sample's pages under the id it is forked to), and ids of a
-        swapped-out group (it must be able to come back)."""
-        check_new_ids(seq_ids, self.seqs.__contains__ if forking else self.__contains__,
-                      self._swapped_ids)
+    def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
+        """Refuse ids given twice, ids in use, and ids of a swapped-out group (it must be
+        able to come back)."""
+        check_new_ids(seq_ids, self.__contains__, self._swapped_ids.__contains__)
 

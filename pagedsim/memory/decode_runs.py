@@ -50,7 +50,7 @@ def append_steps(mgr: BlockManager, seq_ids: list[SeqId], max_steps: int
     ``seq_ids`` (each step what :meth:`~.KVCacheManager.allocate_slots` does with them), stopping
     before the first step that does not fit whole; the pool's usage after each step
     done (none, maybe). None, and nothing changed, where the usage needs a look at every
-    sequence after every step: a prefix cache, vAttention's regions, a shared block. Also never past
+    sequence after every step: a prefix cache, a shared block. Also never past
     a sequence's final length (the usage's reserved slots change their rule there).
 
     Why it is cheap: most appends write into room of the sequence's private last
@@ -60,7 +60,7 @@ def append_steps(mgr: BlockManager, seq_ids: list[SeqId], max_steps: int
     others are counted, and written into each sequence once, when it next takes the
     general path or the run ends."""
     max_steps = check_int("max_steps", max_steps, minimum=0)
-    if mgr.cache is not None or mgr.regions is not None or mgr.refs.num_shared:
+    if mgr.cache is not None or mgr.refs.num_shared:
         return None
     distinct_ids(seq_ids)  # refused: a repeat, or an unhashable id
     try:

@@ -707,4 +707,4 @@ class HybridAllocator:
 
     def _check_new_ids(self, seq_ids: Sequence[SeqId], forking: bool = False) -> None:
         """Refuse ids given twice, ids in use and ids of a swapped-out group."""
-        check_new_ids(seq_ids, self.__contains__, self._swapped_ids)
+        check_new_ids(seq_ids, self.__contains__, self._swapped_ids.__contains__)

@@ -37,7 +37,7 @@ from .paged import PagedAllocator
 from .prefix_cache import PrefixCachingAllocator
 from .radix import RadixAllocator
 from .radix_lfu import lfu
-from .vattention import PAGE_BYTES_OPTIONS, vattention_for_model
+from .vattention import PAGE_BYTES_OPTIONS, VAttentionAllocator, vattention_for_model
 
 DEFAULT_SCHEMES = ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged")
 #: ``pagedsim compare``'s schemes for a model with sliding-window layers: the model as all
@@ -257,7 +257,7 @@ for _r in RESERVATIONS:
 
 
 def _vattention(page_bytes: int, name: str) -> Callable[[PoolSpec], Allocator]:
-    def build(pool: PoolSpec) -> BlockManager:
+    def build(pool: PoolSpec) -> VAttentionAllocator:
         return vattention_for_model(pool.capacity_slots, pool.need_model(name),
                                              page_bytes, pool.max_model_len,
                                              pool.max_num_seqs)

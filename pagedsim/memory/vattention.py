@@ -22,17 +22,33 @@ free, and this model returns them to the free pool at once.
 
 On the kernel side a request's tokens are one contiguous virtual tensor: the attention
 kernel needs no block table.
+
+:class:`VAttentionAllocator` is its own class over the same block manager: it *composes*
+a :class:`~.block_manager.BlockManager` whose blocks are pages (``blocks``), adds what
+vAttention changes (the cap on regions, their length, forks that copy, held pages) in its
+own methods, and hands everything else to ``blocks``. The block manager itself knows
+nothing of regions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import OutOfMemoryError
 from ..models.specs import ModelSpec
 from ..validate import check_int
+from ..workloads.block_hashes import hashes_for
 from .accounting import final_tokens, split_slots
-from .base import KVCopy, SeqId, SlotUsage
+from .base import (
+    AppendResult,
+    KVCopy,
+    SeqId,
+    SlotUsage,
+    SwappedGroup,
+    check_lengths,
+    check_new_ids,
+    distinct_ids,
+)
 from .block_manager import BlockManager
 from .block_seq import Seq
 from .free_list import FreeList
@@ -65,150 +81,225 @@ def page_tokens_for(model: ModelSpec, page_bytes: int) -> int:
     return page_bytes // row_bytes
 
 
-class Regions:
-    """vAttention's virtual regions, composed into a block manager whose blocks are pages:
-    at most ``max_regions`` sequences of at most ``max_model_len`` tokens, forks that copy
-    (no block table could share a page), and the pages of a sample to be forked held from
-    its admission so that the fork cannot fail."""
+class VAttentionAllocator:
+    """``num_pages`` physical pages of ``page_tokens`` slots (the block manager's blocks),
+    at most ``max_regions`` requests (virtual regions of ``max_model_len`` tokens) at
+    once. Forks copy, into pages held for them from admission; everything else is the
+    composed block manager's (``blocks``), which every attribute not defined here reads."""
 
-    def __init__(self, max_model_len: int, max_regions: int) -> None:
+    def __init__(self, num_pages: int, page_tokens: int, max_model_len: int = 2048,
+                 max_regions: int = 256) -> None:
+        self.blocks = BlockManager(FreeList(num_pages, page_tokens), kind="vattention")
         self.max_model_len = check_int("max_model_len", max_model_len, minimum=1)
         self.max_regions = check_int("max_regions", max_regions, minimum=1)
+        self.page_tokens = self.blocks.block_size
+        self.kind = "vattention"
+        #: The attention kernel reads one virtually contiguous region, no block table.
+        self.kernel_block_slots: int | None = None
         # Pages held for samples to be forked: child -> (pages, final_len).
         self.held: dict[SeqId, tuple[list[int], int | None]] = {}
 
+    def __getattr__(self, name: str):
+        # Only called for what this class does not define: the block manager's.
+        if name == "blocks" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.blocks, name)
+
     @property
-    def num_held(self) -> int:
-        return len(self.held)
+    def on_release(self):
+        return self.blocks.on_release
 
-    def holds(self, seq_id: object) -> bool:
-        try:
-            return seq_id in self.held
-        except TypeError:
-            return False
-
-    def held_blocks(self) -> list[int]:
-        return [p for pages, _ in self.held.values() for p in pages]
+    @on_release.setter
+    def on_release(self, hook) -> None:
+        self.blocks.on_release = hook
 
     # ------------------------------------------------------------- admission
-    def check_fits(self, num_tokens: int) -> None:
+    def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
+                       final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
+                       watermark: float = 0.0, content: object = None) -> bool:
+        """A region and pages for each of ``seq_ids``, and pages held for each of
+        ``fork_ids`` (their forks copy into them, so they cannot fail); False, and nothing
+        changed, when the regions or the pages run out."""
+        blocks = self.blocks
+        check_new_ids([*seq_ids, *fork_ids], self.__contains__, blocks.is_swapped_out)
+        num_tokens = check_lengths(num_tokens, final_len)
+        if content is not None:
+            hashes_for(content, None)  # checked: nothing is cached here
         if num_tokens > self.max_model_len:
             raise ValueError(f"num_tokens ({num_tokens}) exceeds the virtual region of "
                              f"max_model_len ({self.max_model_len}) tokens")
-
-    def refusal(self, mgr: BlockManager) -> str | None:
-        """Why a lone allocation was refused, when no region was free for it."""
-        if mgr.num_seqs >= self.max_regions:
-            return f"all {self.max_regions} virtual regions are in use"
-        return None
-
-    def admits(self, mgr: BlockManager, seq_ids: Sequence[SeqId],
-               fork_ids: Sequence[SeqId], num_tokens: int) -> bool:
-        """Whether regions are free for the sequences and the samples to be forked."""
-        self.check_fits(num_tokens)
-        return mgr.num_seqs + len(seq_ids) + len(fork_ids) <= self.max_regions
-
-    def hold(self, mgr: BlockManager, fork_ids: Sequence[SeqId], num_pages: int,
-             final_len: int | None) -> None:
-        """Map ``num_pages`` pages for each sample to be forked (room checked)."""
+        if self.num_seqs + len(seq_ids) + len(fork_ids) > self.max_regions:
+            return False
+        n = -(-num_tokens // blocks.block_size)
+        need = n * (len(seq_ids) + len(fork_ids))
+        if blocks.pool.get_num_free_blocks() - need < blocks.watermark_blocks(watermark):
+            return False
+        admitted = blocks.allocate_group(seq_ids, num_tokens, final_len, watermark=watermark)
+        assert admitted, "the pages were counted above"
         for child in fork_ids:
-            self.held[child] = (mgr.refs.take(num_pages), final_len)
+            self.held[child] = (blocks.refs.take(n), final_len)
+        return True
 
-    def check_room(self, seq_id: SeqId, num_tokens: int) -> None:
-        """Refuse a token past the end of the sequence's region."""
-        if num_tokens >= self.max_model_len:
+    def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
+                 content: object = None) -> None:
+        """A region for one new sequence; ``OutOfMemoryError`` saying why (no region, or
+        no pages), and nothing changed, when it does not fit."""
+        if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
+            if self.num_seqs >= self.max_regions:
+                raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
+            raise OutOfMemoryError(f"sequence {seq_id!r} needs "
+                                   f"{self.blocks.blocks_needed(num_tokens)} blocks for "
+                                   f"{num_tokens} tokens, {self.blocks.pool.describe_free()}")
+
+    # --------------------------------------------------------------- growing
+    def append_slot(self, seq_id: SeqId) -> AppendResult:
+        """Room for one new token, but never past the end of the sequence's region."""
+        n = self.blocks.seq_len(seq_id)
+        if n >= self.max_model_len:
             raise OutOfMemoryError(f"sequence {seq_id!r} fills its virtual region of "
                                    f"max_model_len ({self.max_model_len}) tokens")
+        return self.blocks.append_slot(seq_id)
 
-    # ------------------------------------------------------------ forks
-    def fork(self, mgr: BlockManager, parent_id: SeqId, parent: Seq,
-             child_id: SeqId) -> list[KVCopy]:
+    def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
+        """Room for ``num_tokens`` more tokens (a prefill chunk), all or nothing."""
+        if not self.can_extend(seq_id, num_tokens):
+            raise OutOfMemoryError(f"no room for {num_tokens} more tokens of sequence "
+                                   f"{seq_id!r} ({self.blocks.pool.get_num_free_blocks()} "
+                                   "free blocks)")
+        return self.blocks.extend(seq_id, num_tokens)
+
+    # ----------------------------------------------------------------- forks
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
         """The child gets pages of its own (those held for it, if any) and a copy of the
-        parent's tokens, page by page. Checked first: a failed fork changes nothing."""
-        n, pt = parent.num_tokens, mgr.block_size
+        parent's tokens, page by page: no block table could share a page. Checked first:
+        a failed fork changes nothing."""
+        blocks = self.blocks
+        blocks.seq_len(parent_id)  # refused: not a running sequence
+        parent = blocks.seqs[parent_id]
+        check_new_ids([child_id], blocks.__contains__, blocks.is_swapped_out)
+        n, pt = parent.num_tokens, blocks.block_size
         pages = -(-n // pt)
         held = self.held.get(child_id, ([], None))[0]
-        free = mgr.pool.get_num_free_blocks()
+        free = blocks.pool.get_num_free_blocks()
         if pages > free + len(held):
             raise OutOfMemoryError(f"fork of {parent_id!r} needs {pages} pages, "
                                    f"{free + len(held)} free or held")
         if child_id in self.held:
             del self.held[child_id]  # its pages are mapped again at once, below
-            table = held[:pages] + mgr.refs.take(max(pages - len(held), 0))
+            table = held[:pages] + blocks.refs.take(max(pages - len(held), 0))
             if len(held) > pages:
-                mgr.refs.release(held[pages:])
-        elif mgr.num_seqs >= self.max_regions:
+                blocks.refs.release(held[pages:])
+        elif self.num_seqs >= self.max_regions:
             raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
         else:
-            table = mgr.refs.take(pages)
+            table = blocks.refs.take(pages)
         # final_len may be stale (already passed), as the parent's
-        mgr.add_seq(child_id, Seq(table, n, parent.final_len))
+        blocks.add_seq(child_id, Seq(table, n, parent.final_len))
         return [KVCopy(src * pt, dst * pt, min(pt, n - i * pt))
                 for i, (src, dst) in enumerate(zip(parent.table, table, strict=True))]
 
-    def release_held(self, mgr: BlockManager, seq_id: SeqId) -> bool:
-        """Unmap the pages held for a sample never forked; False if none are held."""
-        if not self.holds(seq_id):
-            return False
-        pages, _ = self.held.pop(seq_id)
-        mgr.refs.release(pages)
-        return True
+    # --------------------------------------------------------------- release
+    def free(self, seq_id: SeqId) -> None:
+        """Unmap a sequence's pages, or the pages held for a sample never forked."""
+        if self._holds(seq_id):
+            pages, _ = self.held.pop(seq_id)
+            self.blocks.refs.release(pages)
+            return
+        self.blocks.free(seq_id)
 
-    # ---------------------------------------------------------- swapping
-    def check_running(self, seq_ids: Sequence[SeqId]) -> None:
-        held = [s for s in seq_ids if self.holds(s)]
+    # -------------------------------------------------------------- swapping
+    def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
+        seq_ids = distinct_ids(seq_ids)
+        held = [s for s in seq_ids if self._holds(s)]
         if held:
             raise ValueError(f"sequences {held!r} are held for a fork, not running")
+        return self.blocks.swap_out(seq_ids)
 
-    def has_room_for(self, mgr: BlockManager, seq_ids: Sequence[SeqId]) -> bool:
-        return mgr.num_seqs + len(seq_ids) <= self.max_regions
+    def can_swap_in(self, group: SwappedGroup, watermark: float = 0.0) -> bool:
+        return (self.blocks.can_swap_in(group, watermark)
+                and self.num_seqs + len(group.seq_ids) <= self.max_regions)
 
-    def check_room_for(self, mgr: BlockManager, seq_ids: Sequence[SeqId]) -> None:
-        if not self.has_room_for(mgr, seq_ids):
-            raise OutOfMemoryError(f"swap-in needs {len(seq_ids)} virtual regions, "
-                                   f"{self.max_regions - mgr.num_seqs} free")
+    def swap_in(self, group: SwappedGroup) -> list[KVCopy]:
+        if self.num_seqs + len(group.seq_ids) > self.max_regions:
+            raise OutOfMemoryError(f"swap-in needs {len(group.seq_ids)} virtual regions, "
+                                   f"{self.max_regions - self.num_seqs} free")
+        return self.blocks.swap_in(group)
 
-    # ------------------------------------------------------- accounting
-    def usage(self, mgr: BlockManager, base: SlotUsage) -> SlotUsage:
-        """Held pages are reserved up to the sample's final length (its fork fills them),
-        internal fragmentation beyond."""
-        pt = mgr.block_size
+    # ------------------------------------------------------------------ room
+    def can_append(self, seq_id: SeqId) -> bool:
+        return (self.blocks.seq_len(seq_id) < self.max_model_len
+                and self.blocks.can_append(seq_id))
+
+    def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
+        seq_ids = list(seq_ids)
+        distinct_ids(seq_ids)  # refused: a repeat (a second append is another count)
+        if any(self.blocks.seq_len(s) >= self.max_model_len for s in seq_ids):
+            return False
+        return self.blocks.can_append_all(seq_ids)
+
+    def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
+        n = self.blocks.seq_len(seq_id)
+        num_tokens = check_int("num_tokens", num_tokens, minimum=0)
+        return n + num_tokens <= self.max_model_len and self.blocks.can_extend(seq_id,
+                                                                               num_tokens)
+
+    # --------------------------------------------------------------- lookups
+    @property
+    def num_seqs(self) -> int:
+        """Sequences and rooms held for forks: each takes a virtual region."""
+        return len(self.blocks.seqs) + len(self.held)
+
+    def __contains__(self, seq_id: object) -> bool:
+        return seq_id in self.blocks or self._holds(seq_id)
+
+    def _holds(self, seq_id: object) -> bool:
+        try:
+            return seq_id in self.held
+        except TypeError:
+            return False
+
+    def _held_pages(self) -> list[int]:
+        return [p for pages, _ in self.held.values() for p in pages]
+
+    # ----------------------------------------------------- the accounting's view
+    def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
+        """The block manager's split, plus the held pages: reserved up to the sample's
+        final length (its fork fills them), internal fragmentation beyond."""
+        held = self._held_pages()
+        base = self.blocks.usage(final_lens, outside_tables=held)
+        pt = self.blocks.block_size
         reserved = base.reserved_slots
         for pages, final_len in self.held.values():
             _, r, _ = split_slots(0, final_tokens(0, final_len), len(pages) * pt)
             reserved += r
-        physical = base.physical_blocks + sum(len(p) for p, _ in self.held.values())
+        physical = base.physical_blocks + len(held)
         return SlotUsage(base.token_slots, reserved, physical * pt - base.token_slots - reserved,
-                         physical,
-                         base.logical_blocks + sum(len(p) for p, _ in self.held.values()))
+                         physical, base.logical_blocks + len(held))
 
-    def snapshot(self, snap: dict) -> None:
-        """Add the region limits and the held pages (as sequences of 0 tokens)."""
+    def snapshot(self) -> dict:
+        """The block manager's snapshot, the region limits, and the held pages (as
+        sequences of 0 tokens)."""
+        snap = self.blocks.snapshot()
         snap.update(page_tokens=snap["block_size"], max_model_len=self.max_model_len,
                     max_regions=self.max_regions)
         for child, (pages, final_len) in self.held.items():
             snap["seqs"][child] = {"block_table": list(pages), "num_tokens": 0,
                                    "final_len": final_len}
+        return snap
 
-    def check(self, mgr: BlockManager) -> None:
-        assert all(r <= 1 for r in mgr.refs.counts), "a vAttention page is mapped twice"
-        assert mgr.num_seqs <= self.max_regions, "more requests than virtual regions"
-        assert not set(self.held) & set(mgr.seqs), "a held sample is also running"
-        for seq_id, seq in mgr.seqs.items():
+    def check_invariants(self) -> None:
+        blocks = self.blocks
+        blocks.check_invariants(outside_tables=self._held_pages())
+        assert all(r <= 1 for r in blocks.refs.counts), "a vAttention page is mapped twice"
+        assert self.num_seqs <= self.max_regions, "more requests than virtual regions"
+        assert not set(self.held) & set(blocks.seqs), "a held sample is also running"
+        for seq_id, seq in blocks.seqs.items():
             assert seq.num_tokens <= self.max_model_len, f"{seq_id!r} overflows its region"
 
 
-def VAttentionAllocator(num_pages: int, page_tokens: int,  # noqa: N802
-                        max_model_len: int = 2048, max_regions: int = 256) -> BlockManager:
-    """``num_pages`` physical pages of ``page_tokens`` slots (the manager's blocks), at
-    most ``max_regions`` requests (virtual regions of ``max_model_len`` tokens) at once:
-    a block manager over a free list of pages, configured with :class:`Regions`."""
-    return BlockManager(FreeList(num_pages, page_tokens), kind="vattention",
-                        regions=Regions(max_model_len, max_regions))
-
-
 def vattention_for_model(capacity_slots: int, model: ModelSpec, page_bytes: int = 2 << 20,
-                         max_model_len: int = 2048, max_regions: int = 256) -> BlockManager:
+                         max_model_len: int = 2048, max_regions: int = 256
+                         ) -> VAttentionAllocator:
     """A vAttention pool of ``capacity_slots`` token slots cut into pages of
     ``page_bytes`` per layer and cache tensor (K, V, or an MLA latent) of ``model``."""
     page_tokens = page_tokens_for(model, page_bytes)

@@ -86,7 +86,7 @@ def test_make_cache_through_the_registry_64k() -> None:
     sim = pagedsim.make_allocator("vattention-64k", 40, 4, 64,
                                   model=model_spec(model.config, 64))
     assert (sim.num_blocks, sim.block_size) == (cache.num_pages, cache.page_tokens)
-    assert (cache.allocator.max_model_len, cache.allocator.regions.max_regions) == (64, 256)
+    assert (cache.allocator.max_model_len, cache.allocator.max_regions) == (64, 256)
 
 
 def test_make_cache_through_the_registry_2mib_pages_cut_into_kernel_blocks() -> None:
