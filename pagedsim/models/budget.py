@@ -82,7 +82,8 @@ def kv_budget(
     if kv_bytes <= 0:
         raise ValueError(
             f"no room for a KV cache: {model.name} weights ({format_bytes(weights)}) + "
-            f"activations ({format_bytes(activation_bytes)}) exceed {gpu_memory_utilization:g} "
+            f"activations ({format_bytes(activation_bytes)}) "
+            f"{'exceed' if kv_bytes < 0 else 'fill all of'} {gpu_memory_utilization:g} "
             f"x {num_gpus} x {gpu.name} ({format_bytes(usable)}); use more GPUs, a larger "
             "gpu_memory_utilization, or a bigger GPU"
         )

@@ -217,3 +217,15 @@ def test_blocks_fill_the_pool(inputs: dict) -> None:
     assert b.num_blocks * b.bytes_per_block <= b.kv_cache_bytes
     assert b.kv_cache_bytes < (b.num_blocks + 1) * b.bytes_per_block
     assert b.max_tokens == b.num_blocks * b.block_size
+
+
+def test_no_room_says_exceed_only_when_the_weights_do():
+    """Weights that fill the budget exactly are said to fill it, not to exceed it (notebook
+    01's 40 GiB of weights on a 40 GiB budget)."""
+    from pagedsim.models.specs import get_gpu
+
+    usable = int(get_gpu("a100-40gb").memory_bytes * 1.0)
+    with pytest.raises(ValueError, match="fill all of 1 x"):
+        kv_budget("opt-13b", "a100-40gb", weights_bytes=usable, gpu_memory_utilization=1.0)
+    with pytest.raises(ValueError, match=r"\) exceed 1 x"):
+        kv_budget("opt-13b", "a100-40gb", weights_bytes=usable + 1, gpu_memory_utilization=1.0)
