@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from ..validate import check_int
+from ..workloads.block_hashes import hashes_for
 
 if TYPE_CHECKING:  # the workload module does not import allocators
     from ..workloads.block_hashes import BlockHashes
@@ -64,6 +65,41 @@ def check_lengths(num_tokens: int, final_len: int | None) -> int:
             raise ValueError(f"final_len ({final_len}) must be >= num_tokens "
                              f"({num_tokens})")
     return num_tokens
+
+
+def checked_admission(seq_ids: Sequence[SeqId], fork_ids: Sequence[SeqId], num_tokens: int,
+                      final_len: int | None, content: object,
+                      is_taken: Callable[[SeqId], bool], is_swapped_out: Callable[[SeqId], bool],
+                      prefix_block_size: int | None) -> tuple[int, BlockHashes | None]:
+    """An admission's arguments checked, as every block manager's ``allocate_group``
+    checks them: the ids new (:func:`check_new_ids`), the lengths in order
+    (:func:`check_lengths`), and ``content`` (a request, or its hashes) as the hashes that
+    name blocks of ``prefix_block_size`` (a request is hashed now; None: nothing is
+    cached, ``content`` only checked). Returns ``num_tokens`` and ``content`` as checked."""
+    check_new_ids([*seq_ids, *fork_ids], is_taken, is_swapped_out)
+    num_tokens = check_lengths(num_tokens, final_len)
+    if content is not None:
+        content = hashes_for(content, prefix_block_size)
+    return num_tokens, content
+
+
+class FromPool:
+    """A manager's attribute that is its pool's, read and written through (a manager's
+    ``on_release`` hook and ``evicted_blocks`` count live with the pool that releases and
+    evicts)."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, objtype: type | None = None):
+        return self if obj is None else getattr(obj.pool, self.name)
+
+    def __set__(self, obj: object, value: object) -> None:
+        setattr(obj.pool, self.name, value)
 
 
 def _ids(seq_ids: list[SeqId]) -> str:

@@ -36,12 +36,13 @@ from ..validate import check_fraction, check_int
 from ..workloads.block_hashes import BlockHashes, branch_of, hashes_for
 from .base import (
     AppendResult,
+    FromPool,
     KVCopy,
     SeqId,
     SlotUsage,
     SwappedGroup,
-    check_lengths,
     check_new_ids,
+    checked_admission,
     distinct_ids,
 )
 from .block_refs import BlockRefs
@@ -98,8 +99,9 @@ class BlockManager:
         and ``content`` (the request's :class:`BlockHashes`; a request itself is hashed
         now), each sequence's cached prefix comes from the cache. False, and nothing
         changed, when they do not fit."""
-        num_tokens, content = self._checked_admission(seq_ids, fork_ids, num_tokens,
-                                                      final_len, content)
+        num_tokens, content = checked_admission(
+            seq_ids, fork_ids, num_tokens, final_len, content, self.__contains__,
+            self._swapped_ids.__contains__, self.prefix_block_size)
         bs, cache = self.block_size, self.cache
         n = -(-num_tokens // bs)
         if cache is not None and content is not None:  # the policy plans: nothing changes
@@ -444,24 +446,10 @@ class BlockManager:
         hashes = getattr(self.pool, "hashes", None)  # only vLLM v1's pool names blocks
         return None if hashes is None else hashes[block]
 
-    @property
-    def evicted_blocks(self) -> int:
-        """Cached blocks evicted so far (handed out for other content)."""
-        return self.pool.evicted_blocks
-
-    @evicted_blocks.setter
-    def evicted_blocks(self, n: int) -> None:
-        self.pool.evicted_blocks = n
-
-    @property
-    def on_release(self):
-        """``on_release(start_slot, num_slots)`` for memory that goes back to the pool
-        (a cached block: when it is evicted), so a real cache can scrub it."""
-        return self.pool.on_release
-
-    @on_release.setter
-    def on_release(self, hook) -> None:
-        self.pool.on_release = hook
+    evicted_blocks = FromPool("Cached blocks evicted so far (handed out for other content).")
+    on_release = FromPool("``on_release(start_slot, num_slots)`` for memory that goes back to "
+                          "the pool (a cached block: when it is evicted), so a real cache can "
+                          "scrub it.")
 
     @property
     def host(self):
@@ -603,18 +591,6 @@ class BlockManager:
             raise ValueError(
                 f"unknown sequence id {seq_id!r} (never allocated, or already freed)"
             ) from None
-
-    def _checked_admission(self, seq_ids: Sequence[SeqId], fork_ids: Sequence[SeqId],
-                           num_tokens: int, final_len: int | None,
-                           content: object) -> tuple[int, BlockHashes | None]:
-        """``allocate_group``'s arguments checked: the ids new, the lengths in order, and
-        ``content`` (a request, or its hashes) as the hashes this pool's cache names
-        blocks by. Returns ``num_tokens`` and ``content`` as checked."""
-        self._check_new_ids([*seq_ids, *fork_ids])
-        num_tokens = check_lengths(num_tokens, final_len)
-        if content is not None:  # a request is hashed now; anything else is refused
-            content = hashes_for(content, self.prefix_block_size)
-        return num_tokens, content
 
     def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
         """Refuse ids given twice, ids in use, and ids of a swapped-out group (it must be

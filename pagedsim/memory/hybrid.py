@@ -48,16 +48,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from ..errors import OutOfMemoryError
 from ..validate import check_fraction, check_int
-from ..workloads.block_hashes import BlockHashes, branch_of, hashes_for
+from ..workloads.block_hashes import branch_of, hashes_for
 from .accounting import final_tokens
 from .base import (
     AppendResult,
+    FromPool,
     KVCopy,
     SeqId,
     SlotUsage,
     SwappedGroup,
-    check_lengths,
     check_new_ids,
+    checked_admission,
     distinct_ids,
 )
 from .block_pool import BlockPool
@@ -121,8 +122,9 @@ class HybridAllocator:
         ``seq_ids`` (cached prefixes from the cache, with ``content``), keeping
         ``watermark`` of the pool free; forks share, so ``fork_ids`` hold nothing. False,
         and nothing changed, when they do not fit."""
-        num_tokens, content = self._checked_admission(seq_ids, fork_ids, num_tokens,
-                                                      final_len, content)
+        num_tokens, content = checked_admission(
+            seq_ids, fork_ids, num_tokens, final_len, content, self.__contains__,
+            self._swapped_ids.__contains__, self.prefix_block_size)
         n, num_groups = -(-num_tokens // self.block_size), len(self.groups)
         if self.cache is not None and content is not None:
             plans, need = self.cache.plan(seq_ids, num_tokens, content)
@@ -248,7 +250,7 @@ class HybridAllocator:
         """``child_id`` shares every block ``parent_id`` holds, in every group (nothing
         copied now; the first append of either copies the partial last blocks)."""
         parent = self._get(parent_id)
-        self._check_new_ids([child_id], forking=True)
+        self._check_new_ids([child_id])
         tables = [list(t) for t in parent.tables]
         self.refs.hold([b for t in tables for b in t if b != NULL_BLOCK])
         child = self.add_seq(child_id, HybridSeq(
@@ -479,24 +481,10 @@ class HybridAllocator:
     def ref_count(self, block: int) -> int:
         return self._ref[block]
 
-    @property
-    def evicted_blocks(self) -> int:
-        """Cached blocks evicted so far (handed out for other content)."""
-        return self.pool.evicted_blocks
-
-    @evicted_blocks.setter
-    def evicted_blocks(self, n: int) -> None:
-        self.pool.evicted_blocks = n
-
-    @property
-    def on_release(self):
-        """``on_release(start_slot, num_slots)`` for memory that goes back to the pool
-        (a cached block: when it is evicted), so a real cache can scrub it."""
-        return self.pool.on_release
-
-    @on_release.setter
-    def on_release(self, hook) -> None:
-        self.pool.on_release = hook
+    evicted_blocks = FromPool("Cached blocks evicted so far (handed out for other content).")
+    on_release = FromPool("``on_release(start_slot, num_slots)`` for memory that goes back to "
+                          "the pool (a cached block: when it is evicted), so a real cache can "
+                          "scrub it.")
 
     # ---- the account per group and in total (the groups partition the pool), snapshot, checks
     def _split(self, groups: range, used_blocks: int, final_lens: Mapping | None
@@ -693,18 +681,6 @@ class HybridAllocator:
             raise ValueError(f"group must be 0 to {len(self.groups) - 1}, got {group!r}")
         return group
 
-    def _checked_admission(self, seq_ids: Sequence[SeqId], fork_ids: Sequence[SeqId],
-                           num_tokens: int, final_len: int | None,
-                           content: object) -> tuple[int, BlockHashes | None]:
-        """``allocate_group``'s arguments checked: the ids new, the lengths in order, and
-        ``content`` (a request, or its hashes) as the hashes this pool's cache names
-        blocks by. Returns ``num_tokens`` and ``content`` as checked."""
-        self._check_new_ids([*seq_ids, *fork_ids])
-        num_tokens = check_lengths(num_tokens, final_len)
-        if content is not None:  # a request is hashed now; anything else is refused
-            content = hashes_for(content, self.prefix_block_size)
-        return num_tokens, content
-
-    def _check_new_ids(self, seq_ids: Sequence[SeqId], forking: bool = False) -> None:
+    def _check_new_ids(self, seq_ids: Sequence[SeqId]) -> None:
         """Refuse ids given twice, ids in use and ids of a swapped-out group."""
         check_new_ids(seq_ids, self.__contains__, self._swapped_ids.__contains__)

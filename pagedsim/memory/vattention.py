@@ -37,7 +37,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..errors import OutOfMemoryError
 from ..models.specs import ModelSpec
 from ..validate import check_int
-from ..workloads.block_hashes import hashes_for
 from .accounting import final_tokens, split_slots
 from .base import (
     AppendResult,
@@ -45,8 +44,8 @@ from .base import (
     SeqId,
     SlotUsage,
     SwappedGroup,
-    check_lengths,
     check_new_ids,
+    checked_admission,
     distinct_ids,
 )
 from .block_manager import BlockManager
@@ -121,10 +120,8 @@ class VAttentionAllocator:
         ``fork_ids`` (their forks copy into them, so they cannot fail); False, and nothing
         changed, when the regions or the pages run out."""
         blocks = self.blocks
-        check_new_ids([*seq_ids, *fork_ids], self.__contains__, blocks.is_swapped_out)
-        num_tokens = check_lengths(num_tokens, final_len)
-        if content is not None:
-            hashes_for(content, None)  # checked: nothing is cached here
+        num_tokens, _ = checked_admission(seq_ids, fork_ids, num_tokens, final_len, content,
+                                          self.__contains__, blocks.is_swapped_out, None)
         if num_tokens > self.max_model_len:
             raise ValueError(f"num_tokens ({num_tokens}) exceeds the virtual region of "
                              f"max_model_len ({self.max_model_len}) tokens")
