@@ -22,6 +22,7 @@ import os
 from collections import Counter
 
 from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 PROFILE_ENV = "HYPOTHESIS_PROFILE"
 
@@ -30,6 +31,7 @@ settings.register_profile(
     max_examples=40,
     deadline=None,
     derandomize=True,  # the examples follow from each test's own code: same commit, same run
+    database=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -39,10 +41,15 @@ settings.register_profile(
     derandomize=False,
     database=None,
 )
+# Every field that differs from hypothesis's defaults is set here, not inherited: with CI
+# set in the environment, hypothesis loads its own "ci" profile first (derandomized, no
+# database), and a profile registered without a value would take that one.
 settings.register_profile(
     "dev",
     max_examples=500,
     deadline=None,
+    derandomize=False,
+    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
