@@ -91,8 +91,7 @@ def run_cache_replay(args: argparse.Namespace) -> int:
     from ..experiments.spec import DEFAULT_NUM_REQUESTS, DEFAULT_RATE
     from ..user_files import NotRegularFileError
     from ..workloads.sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
-    from ..workloads.trace_rows import more_lines_than
-    from ..workloads.traces import TraceError, load_trace
+    from ..workloads.traces import TraceError, load_trace, more_lines_than
     from ..workloads.workload import MAX_NUM_REQUESTS
 
     if args.num_requests is not None and not 1 <= args.num_requests <= MAX_NUM_REQUESTS:

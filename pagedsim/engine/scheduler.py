@@ -67,8 +67,7 @@ from .beams import BeamModel
 from .plan import ForkItem, SequenceGroup, StepPlan
 from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from .scheduler_reasons import describe, no_fit_reason, outgrows_reason, too_long_reason
-from .waiting_order import order_waiting
-from .waiting_queue import WaitingQueue
+from .waiting_queue import WaitingQueue, order_waiting
 
 # The configuration lives in its own module; these names stay importable from here.
 __all__ = ["POLICIES", "PREEMPTION_MODES", "BeamModel", "Scheduler", "SchedulerConfig"]

@@ -3,7 +3,7 @@
 :class:`SchedulerConfig` holds vLLM v0's limits (``max_num_seqs``,
 ``max_num_batched_tokens``, the watermark), the preemption mode, the scheduling policy
 (see :mod:`pagedsim.engine.scheduler`), the order of the waiting queue (see
-:mod:`pagedsim.engine.waiting_order`) and the CPU swap pool; :class:`BeamModel` decides which
+:mod:`pagedsim.engine.waiting_queue`) and the CPU swap pool; :class:`BeamModel` decides which
 beams survive a beam-search step.
 """
 
@@ -18,7 +18,7 @@ PREEMPTION_MODES = ("recompute", "swap")
 #: ``chunked`` (vLLM v1 / Sarathi-Serve: decodes first, prefill chunks fill the budget).
 POLICIES = ("v0", "chunked")
 #: Orders of the waiting queue: ``fcfs`` (arrival order) and ``lpm`` (SGLang's longest
-#: prefix match first, FCFS above 128 waiting); see :mod:`pagedsim.engine.waiting_order`.
+#: prefix match first, FCFS above 128 waiting); see :mod:`pagedsim.engine.waiting_queue`.
 ORDERS = ("fcfs", "lpm")
 
 

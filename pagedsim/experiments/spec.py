@@ -109,7 +109,7 @@ class Experiment:
     block_size: int = 16
     preemption: str = "recompute"
     policy: str = "v0"  # scheduler policy: v0 or chunked (see pagedsim.engine.scheduler)
-    order: str = "fcfs"  # waiting-queue order: fcfs or lpm (see pagedsim.engine.waiting_order)
+    order: str = "fcfs"  # waiting-queue order: fcfs or lpm (see pagedsim.engine.waiting_queue)
     swap_bytes: int = 4 * GiB
     max_num_seqs: int = 256
     max_num_batched_tokens: int | None = None

@@ -259,9 +259,9 @@ def test_a_trace_of_more_requests_than_a_run_simulates_is_refused(tmp_path: Path
                                                                     monkeypatch):
     """Without --num-requests a trace of more than MAX_NUM_REQUESTS rows is refused at the
     row past it (not read whole into memory); the limit is lowered to 3 here."""
-    import pagedsim.workloads.trace_stream as stream_module  # the row loop's limit
+    import pagedsim.workloads.traces as traces_module  # the row loop's limit
 
-    monkeypatch.setattr(stream_module, "MAX_NUM_REQUESTS", 3)
+    monkeypatch.setattr(traces_module, "MAX_NUM_REQUESTS", 3)
     path = tmp_path / "t.csv"
     path.write_text("arrival_s,prompt_len,output_len\n" + "0,5,5\n" * 10)
     with pytest.raises(TraceError, match="line 5: more than 3 rows"):

@@ -8,8 +8,7 @@ import pytest
 import pagedsim.engine.waiting_queue as waiting_queue
 from pagedsim.engine.plan import SequenceGroup
 from pagedsim.engine.scheduler import Scheduler, SchedulerConfig
-from pagedsim.engine.waiting_order import LPM_MAX_WAITING
-from pagedsim.engine.waiting_queue import WaitingQueue
+from pagedsim.engine.waiting_queue import LPM_MAX_WAITING, WaitingQueue
 from pagedsim.experiments.run_one import run_scheme
 from pagedsim.experiments.spec import Experiment
 from pagedsim.memory.schemes import make_allocator

@@ -48,7 +48,7 @@ def _members_used(path: Path, names: set[str]) -> tuple[set[str], set[str]]:
 def test_the_scheduler_asks_memory_only_through_the_manager():
     engine = ROOT / "pagedsim" / "engine"
     used: set[str] = set()
-    for name in ("scheduler.py", "waiting_order.py", "waiting_queue.py", "steady.py"):
+    for name in ("scheduler.py", "waiting_queue.py", "steady.py"):
         on_kv, on_alloc = _members_used(engine / name, {"kv"})
         assert not on_alloc, f"{name} calls the allocator directly: {sorted(on_alloc)}"
         used |= on_kv

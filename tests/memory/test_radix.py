@@ -16,7 +16,7 @@ from memory_helpers import BS, admit, req
 from pagedsim import account
 from pagedsim.engine.plan import SequenceGroup
 from pagedsim.engine.scheduler import Scheduler, SchedulerConfig
-from pagedsim.engine.waiting_order import LPM_MAX_WAITING, order_waiting
+from pagedsim.engine.waiting_queue import LPM_MAX_WAITING, order_waiting
 from pagedsim.errors import OutOfMemoryError
 from pagedsim.memory import RadixAllocator
 from pagedsim.memory.accounting import CATEGORIES

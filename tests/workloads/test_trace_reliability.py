@@ -18,8 +18,14 @@ from pagedsim.engine.simulator import simulate
 from pagedsim.experiments.metrics import summarize
 from pagedsim.memory.schemes import make_allocator
 from pagedsim.models.specs import get_gpu, get_model
-from pagedsim.workloads.trace_fields import parse_arrival, parse_int
-from pagedsim.workloads.traces import AUTO_REBASE_FROM_S, TraceError, load_trace, save_trace
+from pagedsim.workloads.traces import (
+    AUTO_REBASE_FROM_S,
+    TraceError,
+    load_trace,
+    parse_arrival,
+    parse_int,
+    save_trace,
+)
 from pagedsim.workloads.workload import Request, WorkloadConfig, generate_workload
 
 HEADER = "arrival_s,prompt_len,output_len\n"

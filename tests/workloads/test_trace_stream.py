@@ -1,4 +1,4 @@
-"""Traces read lazily (pagedsim.workloads.trace_stream, pagedsim.experiments.trace_replay):
+"""Traces read lazily (pagedsim.workloads.traces, pagedsim.experiments.trace_replay):
 the same requests and the same report line as a trace loaded whole, clipped and skipped
 rows counted, and rows read only as the run reaches them."""
 
@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedsim.experiments import Experiment, run_scheme
-from pagedsim.workloads.trace_stream import LINES_KEPT, open_trace
-from pagedsim.workloads.traces import TraceError, load_trace
+from pagedsim.workloads.traces import LINES_KEPT, TraceError, load_trace, open_trace
 
 MAX_LEN = 2048  # OPT-13B's max_model_len, the default experiment's
 

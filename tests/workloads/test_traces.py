@@ -9,8 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedsim.bench_traces import bench_load_trace
-from pagedsim.workloads.trace_stream import AUTO_REBASE_FROM_S
-from pagedsim.workloads.traces import Trace, TraceError, load_trace, save_trace
+from pagedsim.workloads.traces import AUTO_REBASE_FROM_S, Trace, TraceError, load_trace, save_trace
 from pagedsim.workloads.workload import Request, WorkloadConfig, generate_workload
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
