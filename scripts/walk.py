@@ -13,7 +13,10 @@ they are not functions a reader opens. It prints:
 * ``crossings``: calls from a function of one of the three layers into another of them.
 
 With ``--list`` it also prints the functions, by file, with their call counts: the reading
-list of that request. Usage::
+list of that request. With ``--plain`` the simulator's speed shortcuts are off (steady
+runs of decode steps, a step's decodes in one call: ``simulate(steady_runs=False,
+batch_decodes=False)``, proven to make the same run by their tests), so the walk is the
+reading path alone. Usage::
 
     python scripts/walk.py --scheme prefix-cache --policy v0
     python scripts/walk.py --scheme paged --list
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import io
 import sys
 import tempfile
@@ -43,12 +47,14 @@ def _layer(filename: str, root: Path) -> str | None:
     return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in LAYERS else None
 
 
-def walk(scheme: str, policy: str, prompt_len: int, output_len: int) -> dict:
+def walk(scheme: str, policy: str, prompt_len: int, output_len: int,
+         plain: bool = False) -> dict:
     """Run one request through ``pagedsim compare`` and count its calls (see the module
     docstring); returns the counts and, under ``"functions"``, a Counter of
-    ``(file, function)`` -> calls."""
+    ``(file, function)`` -> calls. ``plain``: with the speed shortcuts off."""
     import pagedsim
     from pagedsim.cli import main
+    from pagedsim.engine import simulator
 
     root = Path(pagedsim.__file__).resolve().parent
     layer_of: dict[str, str | None] = {}
@@ -88,12 +94,19 @@ def walk(scheme: str, policy: str, prompt_len: int, output_len: int) -> dict:
         argv = ["compare", "--workload", str(trace), "--schemes", scheme, "--policy", policy,
                 "--jobs", "1", "--no-write", "--quiet"]
         out = io.StringIO()
+        defaults = simulator.simulate.__defaults__
+        if plain:  # the same function, its two shortcut switches' defaults turned off
+            names = list(inspect.signature(simulator.simulate).parameters)[-len(defaults):]
+            simulator.simulate.__defaults__ = tuple(
+                False if name in ("steady_runs", "batch_decodes") else value
+                for name, value in zip(names, defaults, strict=True))
         sys.setprofile(profile)
         try:
             with contextlib.redirect_stdout(out):
                 rc = main(argv)
         finally:
             sys.setprofile(None)
+            simulator.simulate.__defaults__ = defaults
     if rc not in (0, None):
         raise SystemExit(f"walk: pagedsim {' '.join(argv)} exited {rc}")
     return {"files": len({f for f, _ in calls}), "functions": len(calls),
@@ -108,13 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-len", type=int, default=40, help="prompt tokens (default 40)")
     ap.add_argument("--output-len", type=int, default=20, help="output tokens (default 20)")
     ap.add_argument("--list", action="store_true", help="also list the functions, by file")
+    ap.add_argument("--plain", action="store_true",
+                    help="with the simulator's speed shortcuts off (the reading path alone)")
     args = ap.parse_args(argv)
     for name in ("prompt_len", "output_len"):
         value = getattr(args, name)
         if not 1 <= value <= 100_000:
             ap.error(f"--{name.replace('_', '-')} {value}: give an integer in [1, 100000]")
-    r = walk(args.scheme, args.policy, args.prompt_len, args.output_len)
-    print(f"scheme {args.scheme}, policy {args.policy}, one request of {args.prompt_len} + "
+    r = walk(args.scheme, args.policy, args.prompt_len, args.output_len, args.plain)
+    plain = ", plain" if args.plain else ""
+    print(f"scheme {args.scheme}, policy {args.policy}{plain}, one request of {args.prompt_len} + "
           f"{args.output_len} tokens: {r['files']} files, {r['functions']} functions, "
           f"{r['calls']} calls, {r['crossings']} layer crossings")
     if args.list:

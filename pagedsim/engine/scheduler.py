@@ -58,12 +58,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from typing import NamedTuple
 
 from ..memory.base import Allocator, KVCopy, SeqId
 from ..memory.kv_cache_manager import Grant, KVCacheManager
 from ..workloads.workload import Request
 from .beams import BeamModel
+from .decode_batch import LastBatch, decode_lone_front, decode_running
 from .plan import ForkItem, SequenceGroup, StepPlan
 from .scheduler_config import POLICIES, PREEMPTION_MODES, SchedulerConfig
 from .scheduler_reasons import describe, no_fit_reason, outgrows_reason, too_long_reason
@@ -71,20 +71,6 @@ from .waiting_queue import WaitingQueue, order_waiting
 
 # The configuration lives in its own module; these names stay importable from here.
 __all__ = ["POLICIES", "PREEMPTION_MODES", "BeamModel", "Scheduler", "SchedulerConfig"]
-
-
-class LastBatch(NamedTuple):
-    """The last step in which every running group decoded in one call
-    (``Scheduler._last_batch``). While ``running`` is that same list, unchanged, the next
-    such step is the same groups one token on (any change makes a new list or a new
-    length; forks and beams, which change a group's sequences, forget it)."""
-
-    running: list[SequenceGroup]  # the scheduler's running list then (the same object)
-    num_running: int  # its length then
-    seq_ids: list[SeqId]  # their sequences, in order
-    request_ids: list[int]  # their request ids, in order
-    kv_tokens: int  # context tokens the step's decodes attended over
-    lone: bool  # whether each group runs one sequence
 
 
 class Scheduler:
@@ -96,7 +82,7 @@ class Scheduler:
     """
 
     def __init__(self, allocator: Allocator, config: SchedulerConfig | None = None,
-                 windows: tuple[int, ...] = ()) -> None:
+                 windows: tuple[int, ...] = (), batch_decodes: bool = True) -> None:
         self.allocator = allocator
         self.kv = KVCacheManager(allocator)
         self.config = config or SchedulerConfig()
@@ -128,6 +114,9 @@ class Scheduler:
         self._windows: tuple[int, ...] = tuple(windows)
         self._decoded: list[SequenceGroup] = []  # groups that decoded this step, in order
         self._pending = False  # whether a running group may have pending forks or frees
+        #: Whether a step's decodes go to memory in one call (:mod:`.decode_batch`: the
+        #: same run, faster); the plain path asks group by group.
+        self.batch_decodes = batch_decodes
         #: The last step in which every running group decoded in one call (None: unknown).
         self._last_batch: LastBatch | None = None
         #: (head of the queue, its tokens, the slots it takes): the head changes far less
@@ -375,59 +364,30 @@ class Scheduler:
         decoded = self._decoded = []
         running = self.running
         start = 0  # groups at the front of ``running`` that have run already
-        batch = True  # whether to try the front of the queue in one call
-        if running:
-            # The common step: every running group decodes, in one call (every one, or,
-            # when each runs one sequence, as many as fit in order: the rest go one by
-            # one below, preempting where they must; the same appends in the same order).
-            last = self._last_batch
-            if last is not None and last.running is running and last.num_running == len(running):
-                # The same groups as the last such step, each one token further on: the
-                # same sequences, each context one token longer.
-                seq_ids, rids, lone = last.seq_ids, last.request_ids, last.lone
-                kv_tokens = last.kv_tokens + len(seq_ids)
-                all_decode = True
-            else:
-                seq_ids, rids, lone, all_decode = [], None, True, True
-                for group in running:
-                    if group.prefill_end_tokens > group.num_computed_tokens:
-                        all_decode = False  # a chunked prefill runs this step
-                        break
-                    if len(group.seq_ids) != 1:
-                        lone = False
-                    seq_ids += group.seq_ids
-            if all_decode and (budget is None or len(seq_ids) <= budget):
-                grant = allocate(seq_ids, 1, as_many_as_fit=lone)
-                if grant is not None and len(grant.slots) == len(seq_ids):
-                    if rids is None:
-                        rids, kv_tokens = plan.add_decodes(running, seq_ids, grant)
-                    else:
-                        plan.add_decode_batch(seq_ids, rids, kv_tokens, grant)
-                    # Sliding windows' reads do not grow by one token a step: not kept.
-                    self._last_batch = (None if plan.windows else
-                                         LastBatch(running, len(running), seq_ids, rids, kv_tokens,
-                                                   lone))
-                    decoded.extend(running)
-                    return [], None if budget is None else budget - len(seq_ids)
-                if grant is not None:  # one sequence each: the first ones ran
-                    batch = False  # the next one did not fit: it goes alone
-                    start = len(grant.slots)
-                    plan.add_decodes(running[:start], seq_ids[:start], grant)
-                    decoded.extend(running[:start])
-                    if budget is not None:
-                        budget -= start
+        batch = self.batch_decodes  # whether to try the front of the queue in one call
+        if batch and running:
+            # The common step, every running group decoding: one call (:mod:`.decode_batch`).
+            done = decode_running(running, self.kv, plan, budget, self._last_batch)
+            start, budget, self._last_batch = done.num_groups, done.budget, done.last
+            decoded.extend(running[:start])
+            if start == len(running):
+                return [], budget
+            batch = not done.next_alone  # the next one did not fit: it goes alone
         queue = deque(running[start:] if start else running)
         self.running = running[:start]
         victims: list[SequenceGroup] = []
         while queue:
-            if batch and len(queue) > 1 and budget != 0:
-                budget = self._run_lone_decodes(plan, queue, budget)
+            if batch and len(queue) > 1 and budget != 0:  # a front of lone decodes at once
+                ran, budget = decode_lone_front(queue, self.kv, plan, budget)
+                for _ in ran:
+                    queue.popleft()
+                decoded.extend(ran)
+                self.running.extend(ran)
                 if not queue:
                     break
-            batch = True
+            batch = self.batch_decodes
             group = queue.popleft()
-            # > 0: the next chunk of a chunked prefill (``prefill_left``, inlined: hot path)
-            chunk = group.prefill_end_tokens - group.num_computed_tokens
+            chunk = group.prefill_left  # > 0: the next chunk of a chunked prefill
             if chunk > 0:
                 want = chunk if budget is None else min(chunk, budget)
             else:
@@ -458,31 +418,6 @@ class Scheduler:
                     budget -= want
         return victims, budget
 
-
-    def _run_lone_decodes(self, plan: StepPlan, queue: deque[SequenceGroup],
-                          budget: int | None) -> int | None:
-        """The groups at the front of ``queue`` that decode one sequence each (at most
-        ``budget`` tokens' worth) in one call, as many as fit in order: those that ran
-        leave the queue for ``running``. Returns the budget left."""
-        run: list[SequenceGroup] = []
-        for group in queue:
-            if (group.prefill_end_tokens > group.num_computed_tokens
-                    or len(group.seq_ids) != 1 or budget is not None and len(run) >= budget):
-                break
-            run.append(group)
-        if len(run) < 2:
-            return budget
-        grant = self.kv.allocate_slots([g.seq_ids[0] for g in run], 1, as_many_as_fit=True)
-        assert grant is not None
-        done = len(grant.slots)
-        if done:
-            ran = run[:done]
-            plan.add_decodes(ran, [g.seq_ids[0] for g in ran], grant)
-            self._decoded.extend(ran)
-            self.running.extend(ran)
-            for _ in range(done):
-                queue.popleft()
-        return budget if budget is None else budget - done
 
     # -------------------------------------------------------------- preemption
     def _preempt(self, group: SequenceGroup, plan: StepPlan) -> None:

@@ -184,6 +184,7 @@ def simulate(
     num_requests: int | None = None,
     on_done: Callable[[int, float], None] | None = None,
     steady_runs: bool = True,
+    batch_decodes: bool = True,
 ) -> SimResult:
     """Run every request to completion; returns the run's sums and records.
 
@@ -197,13 +198,15 @@ def simulate(
     rejected, with how many are done so far and the simulated clock (seconds).
     ``steady_runs``: run steady decode steps at once where the scheme can (:mod:`.steady`;
     the same rows and results as step by step, which False asks for). Never with
-    ``on_step`` or a host tier, which look at every step.
+    ``on_step`` or a host tier, which look at every step. ``batch_decodes``: a step's
+    decodes go to memory in one call (:mod:`.decode_batch`; the same run, which False
+    asks for group by group).
     """
     # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.engine.cost).
     # And its sliding layers read only their windows where the kernel knows them (hybrid).
     cost = cost.with_block_size(allocator.kernel_block_slots).with_windows(
         allocator.kernel_window_tokens)
-    sched = Scheduler(allocator, config, cost.window_tokens)
+    sched = Scheduler(allocator, config, cost.window_tokens, batch_decodes)
     keep = keep_steps or KeepSteps.all()
     if num_requests is None and hasattr(requests, "__len__"):
         num_requests = len(requests)  # type: ignore[arg-type]
