@@ -9,7 +9,8 @@ default ``vllm``; :mod:`pagedsim.models.cost_profiles`) and prints, per case and
 the prediction, the measurement and the error ``predicted / measured - 1``, then per
 metric the median absolute error and how many cases meet the targets: output throughput
 and median TPOT within 20%, median TTFT within a factor of 2 where the run is below
-saturation (a finite request rate).
+saturation (:func:`below_saturation`: a finite request rate, or a burst the first step
+admits whole).
 
 How a case is simulated, as ``benchmark_serving`` drove the server:
 
@@ -89,11 +90,23 @@ class CaseResult:
         if err is None or math.isnan(err):
             return None if err is None else False
         if metric == "p50_ttft_ms":
-            if self.case.get("rate_per_s") is None:
+            if not below_saturation(self.case):
                 return None  # saturated: TTFT is queueing, no target
             ratio = err + 1
             return 1 / TTFT_FACTOR <= ratio <= TTFT_FACTOR
         return abs(err) <= TOLERANCE[metric]
+
+
+def below_saturation(case: dict[str, Any]) -> bool:
+    """Whether a case ran below saturation, where TTFT is not mostly queueing: a finite
+    request rate, or a burst whose prompts all fit in the first step (at most
+    ``max_num_seqs`` of them, their recorded tokens within ``max_num_batched_tokens``)."""
+    if case.get("rate_per_s") is not None:
+        return True
+    workload = case.get("workload")
+    lens = workload.get("input_lens") if isinstance(workload, dict) else None
+    return (lens is not None and len(lens) <= case["max_num_seqs"]
+            and sum(lens) <= case["max_num_batched_tokens"])
 
 
 def _mu_for_mean(mean: float, sigma: float, low: int, high: int, draws: np.ndarray) -> float:
@@ -112,7 +125,10 @@ def case_requests(case: dict[str, Any], workloads: dict[str, Any], seed: int = 0
     count = case["num_prompts"]
     rng = np.random.default_rng(seed)
     wl = case["workload"]
-    if isinstance(wl, dict):  # random: fixed lengths (--ignore-eos)
+    if isinstance(wl, dict) and "input_lens" in wl:  # each request's recorded lengths
+        prompt = np.array(wl["input_lens"], dtype=np.int64)
+        output = np.maximum(np.array(wl["output_lens"], dtype=np.int64), 1)
+    elif isinstance(wl, dict):  # random: fixed lengths (--ignore-eos)
         prompt = np.full(count, wl["input_tokens"], dtype=np.int64)
         output = np.full(count, wl["output_tokens"], dtype=np.int64)
     else:
@@ -135,9 +151,12 @@ def case_requests(case: dict[str, Any], workloads: dict[str, Any], seed: int = 0
             for i, (a, p, o) in enumerate(zip(arrivals, prompt, output, strict=True))]
 
 
-def simulate_case(case: dict[str, Any], workloads: dict[str, Any], profile: CostProfile
-                  ) -> CaseResult:
-    """Replay one case (the module docstring) and return its predicted metrics."""
+def simulate_case(case: dict[str, Any], workloads: dict[str, Any] | None,
+                  profile: CostProfile) -> CaseResult:
+    """Replay one case (the module docstring) and return its predicted metrics;
+    ``workloads``: the named workloads a case may refer to (None: the data file's)."""
+    if workloads is None:
+        workloads = load_measurements()["workloads"]
     model, gpu = get_model(case["model"]), get_gpu(case["gpu"])
     num_gpus, max_len = case["num_gpus"], case["max_model_len"]
     capacity = kv_budget(model, gpu, gpu_memory_utilization=case.get(
@@ -161,7 +180,13 @@ def run_cases(profile: CostProfile, ids: Sequence[str] = ()) -> list[CaseResult]
     """Every committed case (or those named in ``ids``) under ``profile``."""
     data = load_measurements()
     cases = [c for c in data["cases"] if not ids or c["id"] in ids]
-    return [simulate_case(c, data["workloads"], profile) for c in cases]
+    return run_case_list(cases, profile, data["workloads"])
+
+
+def run_case_list(cases: Sequence[dict[str, Any]], profile: CostProfile,
+                  workloads: dict[str, Any] | None = None) -> list[CaseResult]:
+    """``cases`` (entries of the data file's shape) under ``profile``."""
+    return [simulate_case(c, workloads, profile) for c in cases]
 
 
 def median_abs_errors(results: Sequence[CaseResult]) -> dict[str, float]:
@@ -181,6 +206,15 @@ def hit_counts(results: Sequence[CaseResult]) -> dict[str, tuple[int, int]]:
         verdicts = [v for r in results if (v := r.meets(metric)) is not None]
         out[metric] = (sum(verdicts), len(verdicts))
     return out
+
+
+def summary_row(results: Sequence[CaseResult], profile_name: str) -> str:
+    """The README's row for ``profile_name``: per metric the cases meeting the target, then
+    the median absolute errors (throughput / TPOT / TTFT)."""
+    hits, med = hit_counts(results), median_abs_errors(results)
+    counts = [f"{hits[m][0]} of {hits[m][1]}" for m, _, _ in METRICS]
+    errors = " / ".join(f"{med[m]:.1%}" for m, _, _ in METRICS)
+    return f"| `{profile_name}` | {' | '.join(counts)} | {errors} |"
 
 
 def _cell(value: float | None) -> str:

@@ -91,3 +91,15 @@ def test_cli_refusals(capsys) -> None:
     assert "--cost-profile" in capsys.readouterr().err
     assert validate.main(["--case", "nope"]) == 2
     assert "--case 'nope' is not a committed case" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_readme_quotes_what_the_validation_computes() -> None:
+    """The README's validation rows are the module's own output, for both profiles."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    for name in ("paper", "vllm"):
+        results = validate.run_cases(validate.get_cost_profile(name))
+        row = validate.summary_row(results, name)
+        assert row in readme, row
