@@ -22,7 +22,9 @@ with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hi
   ``2h`` for weighting ``v``: ``4 L h`` per (query, key) pair. For decode, the pairs are
   the context tokens read from the cache (``kv_tokens_read``); a prefilled prompt's
   causal self-attention adds ``P (P + 1) / 2`` pairs per prompt of ``P`` tokens
-  (``prefill_attn_pairs``; 0 by default, which leaves it out: for OPT-13B it equals the
+  (``prefill_attn_pairs``; the simulator passes them when ``prefill_attention`` is set,
+  :meth:`StepPlan.prefill_attn_pairs <pagedsim.engine.plan.StepPlan.prefill_attn_pairs>`,
+  and 0 otherwise, which leaves it out: for OPT-13B it equals the
   2 x params term only at ~34K-token prompts; at 2048 tokens it adds about 3%).
 * ``bytes = weights_read(tokens) + (kv_tokens_read * (1 + kv_block_overhead_tokens /
   block_size) + tokens) * bytes_per_token``: every step streams the weights from HBM once
@@ -162,6 +164,9 @@ class CostModel:
     step_overhead_per_seq_s: float = 0.0
     #: Seconds per tensor-parallel all-reduce (two per layer; only with ``num_gpus`` > 1).
     allreduce_s: float = 0.0
+    #: Whether the simulator passes each step's prefill attention pairs (a prompt's causal
+    #: self-attention; the module docstring) or 0, the paper profile's choice.
+    prefill_attention: bool = False
     #: Per window of ``window_tokens``: (its layers, their KV bytes per token); derived.
     _windowed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
     #: Parameters one token passes through (``model.active_params``); derived.
@@ -186,6 +191,9 @@ class CostModel:
                                    positive=True)
         if not isinstance(self.host_overlap, bool):
             raise TypeError(f"host_overlap must be True or False, got {self.host_overlap!r}")
+        if not isinstance(self.prefill_attention, bool):
+            raise TypeError(f"prefill_attention must be True or False, "
+                            f"got {self.prefill_attention!r}")
         for name in ("hbm_efficiency", "flops_efficiency"):
             value = getattr(self, name)
             _check_seconds_or_rate(name, value, positive=True)

@@ -3,8 +3,9 @@ the step times of a real engine, read from ``cost_profiles.json`` (inside the pa
 beside the GPU presets) or from a file a user wrote (``--cost-profile FILE``).
 
 A profile holds, per GPU preset, the achieved fractions of peak HBM bandwidth and peak
-FLOP/s, and, for every GPU, the per-step CPU overhead (fixed, and per decoding sequence)
-and the seconds of one tensor-parallel all-reduce. Each constant names the public source
+FLOP/s, and, for every GPU, the per-step CPU overhead (fixed, and per decoding sequence),
+the seconds of one tensor-parallel all-reduce, and whether a prompt's own attention is
+charged (``prefill_attention``). Each constant names the public source
 it came from in the profile's ``sources``.
 
 * ``paper`` (the default of every run): the plain roofline at peak with 2 ms a step, the
@@ -54,7 +55,8 @@ class CostProfile:
     ``flops_efficiency`` map a GPU preset name to the achieved fraction of its peak
     (``"*"``: any GPU not named); seconds are per step (``step_overhead_s``), per decoding
     sequence in a step (``step_overhead_per_seq_s``) and per all-reduce (``allreduce_s``,
-    two per layer with tensor parallelism). ``sources`` says where each came from."""
+    two per layer with tensor parallelism); ``prefill_attention``: charge a prompt's causal
+    self-attention. ``sources`` says where each came from."""
 
     name: str
     hbm_efficiency: dict[str, float]
@@ -62,6 +64,7 @@ class CostProfile:
     step_overhead_s: float
     step_overhead_per_seq_s: float = 0.0
     allreduce_s: float = 0.0
+    prefill_attention: bool = False
     description: str = ""
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -77,6 +80,9 @@ class CostProfile:
                 _fraction(f"cost profile {self.name!r}: {key}[{gpu!r}]", value)
         for key in ("step_overhead_s", "step_overhead_per_seq_s", "allreduce_s"):
             _seconds(f"cost profile {self.name!r}: {key}", getattr(self, key))
+        if not isinstance(self.prefill_attention, bool):
+            raise CostProfileError(f"cost profile {self.name!r}: prefill_attention must be "
+                                   f"true or false, got {self.prefill_attention!r}")
 
     def efficiencies(self, gpu: str) -> tuple[float, float]:
         """(HBM fraction, FLOP/s fraction) for the GPU preset ``gpu``."""
@@ -97,7 +103,8 @@ class CostProfile:
         return {"hbm_efficiency": hbm, "flops_efficiency": flops,
                 "step_overhead_s": self.step_overhead_s,
                 "step_overhead_per_seq_s": self.step_overhead_per_seq_s,
-                "allreduce_s": self.allreduce_s}
+                "allreduce_s": self.allreduce_s,
+                "prefill_attention": self.prefill_attention}
 
     def to_json(self) -> dict[str, Any]:
         """The profile as the data file writes it."""
@@ -106,11 +113,12 @@ class CostProfile:
                 "flops_efficiency": dict(self.flops_efficiency),
                 "step_overhead_s": self.step_overhead_s,
                 "step_overhead_per_seq_s": self.step_overhead_per_seq_s,
-                "allreduce_s": self.allreduce_s, "sources": dict(self.sources)}
+                "allreduce_s": self.allreduce_s, "prefill_attention": self.prefill_attention,
+                "sources": dict(self.sources)}
 
 
 _KEYS = {"name", "description", "hbm_efficiency", "flops_efficiency", "step_overhead_s",
-         "step_overhead_per_seq_s", "allreduce_s", "sources"}
+         "step_overhead_per_seq_s", "allreduce_s", "prefill_attention", "sources"}
 
 
 def profile_from_json(entry: object, where: str) -> CostProfile:

@@ -98,3 +98,19 @@ def test_profile_file_round_trip_and_refusals(tmp_path) -> None:
     bad.write_text("{not json")
     with pytest.raises(CostProfileError, match="not readable JSON"):
         get_cost_profile(str(bad))
+
+
+def test_prefill_attention_pairs_reach_the_step_time_only_when_asked() -> None:
+    from pagedsim.engine.plan import PrefillItem, StepPlan
+
+    plan = StepPlan(step=1)
+    plan.prefills = [PrefillItem(0, 0, 100), PrefillItem(1, 1, 50, start=200, last=False)]
+    # 100 tokens alone: 100 * 101 / 2; 50 after 200 cached: 50 * 51 / 2 + 200 * 49 beyond
+    # the 200 kv_tokens_read already holds.
+    assert plan.prefill_attn_pairs() == 5050 + 1275 + 9800
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("a100-80gb")
+    vllm = CostModel(model, gpu, **get_cost_profile("vllm").cost_kwargs(gpu.name))
+    paper = CostModel(model, gpu, **get_cost_profile("paper").cost_kwargs(gpu.name))
+    assert vllm.prefill_attention and not paper.prefill_attention
+    with pytest.raises(TypeError, match="prefill_attention"):
+        CostModel(model, gpu, prefill_attention=1)
