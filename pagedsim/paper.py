@@ -54,6 +54,15 @@ FIGURE13_BATCH: dict[str, dict[str, float]] = {
 FIGURE13_RATE: dict[str, float] = {"sharegpt": 2.0, "alpaca": 30.0}
 FIGURE13_SOURCE = "vLLM paper Fig. 13 (OPT-13B; ShareGPT 2 req/s, Alpaca 30 req/s)"
 
+#: Section 6.2 and Figure 12 (OPT-13B, ShareGPT): the request rate vLLM sustains before its
+#: normalized latency rises sharply, over Orca's, as (low, high) ranges across the paper's
+#: models: 1.7-2.7x Orca (Oracle) and 2.7-8x Orca (Max).
+FIGURE12_RATIOS: dict[str, tuple[float, float]] = {
+    "contiguous-oracle": (1.7, 2.7),
+    "contiguous-max": (2.7, 8.0),
+}
+FIGURE12_SOURCE = "vLLM paper section 6.2, Fig. 12 (ShareGPT)"
+
 #: Section 6.3: memory saved by sharing, ``1 - physical / logical`` blocks, as fractions.
 #: Alpaca-like load: parallel sampling at n = 2, 4, 6 and beam search at width 2, 4, 6.
 SHARING_SAVINGS_ALPACA: dict[str, dict[int, float]] = {

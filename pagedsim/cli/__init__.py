@@ -14,6 +14,8 @@ Commands:
   NAME --help``: one sweep's own defaults).
 - ``figures`` regenerate every committed figure under ``figures/``.
 - ``cache-replay`` prefix-cache hit rate of a trace against capacity (Mooncake's Figure 9).
+- ``calibrate`` fit the step-time constants to ``benchmark_serving`` result files, for
+  ``--cost-profile FILE`` (:mod:`pagedsim.experiments.calibrate`).
 - ``labs``    the graded classroom labs: list, release, grade, autograder (:mod:`pagedsim.labs`).
 
 Units: every "GB" in a flag or in the output is a binary gigabyte, 1 GiB = 2**30 bytes
@@ -47,6 +49,7 @@ from .. import __version__
 from ..errors import PagedSimError
 from .base import EXIT_USAGE, PROG, UNITS_NOTE, ArgumentParser, CliError, name_the_flag
 from .cache import add_cache_replay
+from .calibrate import add_calibrate
 from .labs import add_labs
 from .presets import add_budget, add_gpus, add_models
 from .schemes import add_schemes
@@ -65,6 +68,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_sweep,
     add_figures,
     add_cache_replay,
+    add_calibrate,
     add_labs,
 ]
 

@@ -161,6 +161,12 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                    help="scheduling policy: v0 (default, the paper's vLLM: a step prefills "
                         "or decodes) or chunked (vLLM v1: decodes first, prompts split "
                         "into chunks that fill the token budget)")
+    p.add_argument("--cost-profile", default="paper", metavar="NAME|FILE",
+                   help="step-time constants: paper (default: the roofline at peak with "
+                        "2 ms a step, as the paper's figures are reproduced), vllm "
+                        "(fitted to public vLLM runs; python -m "
+                        "pagedsim.experiments.validate shows how well) or a profile .json "
+                        "file that pagedsim calibrate wrote")
     p.add_argument("--order", default="fcfs", choices=ORDERS,
                    help="order of the waiting queue: fcfs (default, arrival order) or lpm "
                         "(SGLang's longest prefix match: the request whose prompt the prefix "
@@ -232,7 +238,7 @@ def experiment(args: argparse.Namespace, workload: str | None = None,
         **memory_setting(args),
         workload=workload, seed=args.seed, n=args.n, beam_width=args.beam_width,
         block_size=args.block_size, preemption=args.preemption or preemption,
-        policy=args.policy, order=args.order,
+        policy=args.policy, order=args.order, cost_profile=args.cost_profile,
         swap_bytes=args.swap_gb, on_too_long=args.on_too_long or "clip",
         skip_zero_output=args.skip_zero_output,
     )
@@ -265,6 +271,7 @@ _PARAM_FLAGS = {
     "weights_bytes": "--weights-gb", "activation_bytes": "--activation-gb",
     "gpu_memory_utilization": "--gpu-memory-utilization", "preemption": "--preemption",
     "policy": "--policy", "order": "--order", "on_too_long": "--on-too-long",
+    "cost_profile": "--cost-profile",
 }
 #: The memory setting's flags (None unless given): named when an error is about the pool
 #: as a whole ("the weights do not fit").
@@ -276,7 +283,7 @@ _MEMORY_FLAGS = (("preset", "--preset"), ("model", "--model"), ("gpu", "--gpu"),
 
 #: Defaults of the shared options that are not None (the others are None unless given).
 _SET_DEFAULTS = {"block_size": 16, "n": 1, "beam_width": 1, "seed": 0, "swap_gb": 4 * GiB,
-                 "policy": "v0", "order": "fcfs"}
+                 "policy": "v0", "order": "fcfs", "cost_profile": "paper"}
 
 
 def _given(args: argparse.Namespace, flag: str) -> bool:

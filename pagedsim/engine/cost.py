@@ -22,7 +22,9 @@ with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hi
   ``2h`` for weighting ``v``: ``4 L h`` per (query, key) pair. For decode, the pairs are
   the context tokens read from the cache (``kv_tokens_read``); a prefilled prompt's
   causal self-attention adds ``P (P + 1) / 2`` pairs per prompt of ``P`` tokens
-  (``prefill_attn_pairs``; 0 by default, which leaves it out: for OPT-13B it equals the
+  (``prefill_attn_pairs``; the simulator passes them when ``prefill_attention`` is set,
+  :meth:`StepPlan.prefill_attn_pairs <pagedsim.engine.plan.StepPlan.prefill_attn_pairs>`,
+  and 0 otherwise, which leaves it out: for OPT-13B it equals the
   2 x params term only at ~34K-token prompts; at 2048 tokens it adds about 3%).
 * ``bytes = weights_read(tokens) + (kv_tokens_read * (1 + kv_block_overhead_tokens /
   block_size) + tokens) * bytes_per_token``: every step streams the weights from HBM once
@@ -154,6 +156,17 @@ class CostModel:
     host_link_bytes_per_s: float | None = None  # a host tier's link; None: pcie_bytes_per_s
     host_overlap: bool = True  # host-tier copies overlapped layer by layer with compute
     window_tokens: tuple[int, ...] = ()  # sliding windows whose layers read only the window
+    #: Achieved fractions of the GPU's peak HBM bandwidth and peak FLOP/s (1: the roofline
+    #: at peak, the paper profile's; :mod:`pagedsim.models.cost_profiles` has measured ones).
+    hbm_efficiency: float = 1.0
+    flops_efficiency: float = 1.0
+    #: Seconds of CPU work per decoding sequence a step adds (sampling, input preparation).
+    step_overhead_per_seq_s: float = 0.0
+    #: Seconds per tensor-parallel all-reduce (two per layer; only with ``num_gpus`` > 1).
+    allreduce_s: float = 0.0
+    #: Whether the simulator passes each step's prefill attention pairs (a prompt's causal
+    #: self-attention; the module docstring) or 0, the paper profile's choice.
+    prefill_attention: bool = False
     #: Per window of ``window_tokens``: (its layers, their KV bytes per token); derived.
     _windowed: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
     #: Parameters one token passes through (``model.active_params``); derived.
@@ -178,6 +191,18 @@ class CostModel:
                                    positive=True)
         if not isinstance(self.host_overlap, bool):
             raise TypeError(f"host_overlap must be True or False, got {self.host_overlap!r}")
+        if not isinstance(self.prefill_attention, bool):
+            raise TypeError(f"prefill_attention must be True or False, "
+                            f"got {self.prefill_attention!r}")
+        for name in ("hbm_efficiency", "flops_efficiency"):
+            value = getattr(self, name)
+            _check_seconds_or_rate(name, value, positive=True)
+            if value > 1:
+                raise ValueError(f"{name} must be a fraction of the peak in (0, 1], "
+                                 f"got {value!r}")
+        _check_seconds_or_rate("step_overhead_per_seq_s", self.step_overhead_per_seq_s,
+                               positive=False)
+        _check_seconds_or_rate("allreduce_s", self.allreduce_s, positive=False)
         object.__setattr__(self, "_windowed", self._window_layers())
         object.__setattr__(self, "_active", self.model.active_params)
 
@@ -330,7 +355,8 @@ class CostModel:
             self._check_windows(kv_tokens_read, kv_window_tokens_read)  # raises: no windows
         else:
             flops = self._flops(tokens, kv_tokens_read + prefill_attn_pairs)
-        return self._seconds(flops, tokens, kv_tokens_read, kv_window_tokens_read)
+        return self._seconds(flops, tokens, kv_tokens_read, kv_window_tokens_read,
+                             num_decode_seqs)
 
     def decode_steps_s(self, num_seqs: int, first_kv_tokens_read: int,
                        num_steps: int) -> list[float]:
@@ -347,19 +373,28 @@ class CostModel:
         seconds, flops, kv = self._seconds, self._flops, first_kv_tokens_read
         times = []
         for _ in range(num_steps):
-            times.append(seconds(flops(num_seqs, kv), num_seqs, kv))
+            times.append(seconds(flops(num_seqs, kv), num_seqs, kv, (), num_seqs))
             kv += num_seqs
         return times
 
     def _seconds(self, flops: int, tokens: int, kv_tokens_read: int,
-                 window_reads: Sequence[int] = ()) -> float:
-        """A step's seconds: the slower side of the roofline, plus the step overhead."""
+                 window_reads: Sequence[int] = (), num_decode_seqs: int = 0) -> float:
+        """A step's seconds: the slower side of the roofline at the achieved fractions of
+        the peaks, plus the step overhead (fixed, per decoding sequence, and the
+        tensor-parallel all-reduces)."""
         if flops == 0:
             return 0.0
         num_bytes = self._bytes(tokens, kv_tokens_read, window_reads)
-        compute_s = flops / (self.gpu.peak_flops_per_s * self.num_gpus)
-        memory_s = num_bytes / (self.gpu.hbm_bytes_per_s * self.num_gpus)
-        return max(compute_s, memory_s) + self.step_overhead_s
+        # At the paper profile's efficiencies of 1 and extra overheads of 0 these are the
+        # plain roofline's floats exactly (x * 1.0 and y + 0.0 change no bit).
+        compute_s = flops / (self.gpu.peak_flops_per_s * self.flops_efficiency * self.num_gpus)
+        memory_s = num_bytes / (self.gpu.hbm_bytes_per_s * self.hbm_efficiency * self.num_gpus)
+        seconds = max(compute_s, memory_s) + self.step_overhead_s
+        if self.step_overhead_per_seq_s:
+            seconds += self.step_overhead_per_seq_s * num_decode_seqs
+        if self.allreduce_s and self.num_gpus > 1:
+            seconds += 2 * self.model.num_layers * self.allreduce_s
+        return seconds
 
     def swap_time_s(self, num_bytes: int, num_copies: int = 1) -> float:
         """Seconds to move ``num_bytes`` between GPU and CPU memory in ``num_copies`` copy

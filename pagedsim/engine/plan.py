@@ -154,6 +154,15 @@ class StepPlan:
         return not (self.prefills or self.decode_seq_ids)
 
     # -------------------------------------------- what the scheduler records
+    def prefill_attn_pairs(self) -> int:
+        """(query, key) pairs of this step's prefills beyond ``kv_tokens_read``: a chunk of
+        ``n`` tokens after ``start`` cached ones attends causally within itself
+        (``n (n + 1) / 2`` pairs) and each of its tokens to the cached ones (``n * start``,
+        of which ``start`` are already in ``kv_tokens_read``); for the cost model's
+        ``prefill_attention``."""
+        return sum(p.num_tokens * (p.num_tokens + 1) // 2 + p.start * (p.num_tokens - 1)
+                   for p in self.prefills)
+
     def add_decode(self, group: SequenceGroup, grant: Grant) -> None:
         """Every sequence of ``group`` writes one token's K/V into ``grant.slots`` and
         attends over its sequence."""

@@ -122,6 +122,8 @@ class Scheduler:
         #: (head of the queue, its tokens, the slots it takes): the head changes far less
         #: often than a step is accounted.
         self._head_need: tuple[SequenceGroup, int, int] | None = None
+        #: Decode steps since the last prefill step (multi-step blocks, num_scheduler_steps).
+        self._block_steps = 0
 
     # ---------------------------------------------------------------- requests
     def add_request(self, request: Request) -> SequenceGroup | None:
@@ -224,10 +226,15 @@ class Scheduler:
         get the whole token budget, so a long prompt never waits behind running decodes
         (no head-of-line drain); when nothing can be admitted, everyone running decodes,
         and swapped requests come back if nothing was preempted."""
-        if not self.swapped:
+        steps = self.config.num_scheduler_steps
+        # Multi-step (vLLM 0.6): a block of decode steps is not interrupted by admission.
+        if not self.swapped and (steps == 1 or not self.running
+                                 or self._block_steps % steps == 0):
             self._admit(plan, now_s, self.config.max_num_batched_tokens)
             if plan.prefills:
+                self._block_steps = 0
                 return []
+        self._block_steps += 1
         victims, _ = self._run_running(plan, budget=None)
         if not victims:
             self._swap_in_all(plan)
@@ -493,7 +500,8 @@ class Scheduler:
         the steps until the first group finishes. None otherwise. Changes nothing."""
         running = self.running
         if (not running or self._pending or self._to_free or self._too_long or self.swapped
-                or self.config.policy != "v0" or self._windows):
+                or self.config.policy != "v0" or self._windows
+                or self.config.num_scheduler_steps > 1):  # blocks counted step by step
             return None
         if self.waiting and (self.config.order != "fcfs" or not self.head_is_blocked()):
             return None

@@ -38,6 +38,10 @@ class SchedulerConfig:
     #: Longest request in tokens (prompt + output); longer ones are rejected with a reason.
     #: None: the allocator's own limit if it has one (contiguous, vAttention), else none.
     max_model_len: int | None = None
+    #: vLLM 0.6's multi-step scheduling (``--num-scheduler-steps``, ``v0`` only): decodes
+    #: run in blocks of this many steps, and waiting prompts are admitted only between
+    #: blocks. 1: every step may admit.
+    num_scheduler_steps: int = 1
 
     def __post_init__(self) -> None:
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
@@ -52,3 +56,7 @@ class SchedulerConfig:
         check_choice("order", self.order, ORDERS)
         if self.max_model_len is not None:
             check_int("max_model_len", self.max_model_len, minimum=1)
+        check_int("num_scheduler_steps", self.num_scheduler_steps, minimum=1)
+        if self.num_scheduler_steps > 1 and self.policy != "v0":
+            raise ValueError(f"num_scheduler_steps {self.num_scheduler_steps} needs policy "
+                             f"'v0' (vLLM 0.6's multi-step), got policy {self.policy!r}")

@@ -324,7 +324,8 @@ def simulate(
         stalls = 0
         acct = account(allocator, sched.next_need_slots())
         dt = step_time(plan.num_prefill_tokens, len(plan.decode_seq_ids), plan.kv_tokens_read,
-                       0, plan.kv_window_tokens_read)
+                       plan.prefill_attn_pairs() if cost.prefill_attention else 0,
+                       plan.kv_window_tokens_read)
         if plan.swap_outs or plan.swap_ins:
             dt += _swap_time_s(cost, plan)
         if host is not None:

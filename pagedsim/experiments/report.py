@@ -77,11 +77,12 @@ def reproduction_checks(cmp: Comparison, sharing: pd.DataFrame | None = None,
 
 def figures_readme(cmp: Comparison, tables: dict[str, str],
                    sharing: pd.DataFrame | None,
-                   block_size: pd.DataFrame | None = None) -> str:
+                   block_size: pd.DataFrame | None = None,
+                   fig12: pd.DataFrame | None = None) -> str:
     """figures/README.md, written from the numbers just computed (nothing typed in):
     ``cmp`` is the default comparison, ``tables`` each sweep's :func:`sweep_table` text
     by sweep name (in order), ``sharing`` and ``block_size`` those sweeps' frames if they
-    ran."""
+    ran, ``fig12`` the Figure 12 runs (:mod:`pagedsim.experiments.figure12`) if they ran."""
     checks = reproduction_checks(cmp, sharing, block_size)
     df = shares_frame(cmp.summary, cmp.part).set_index("scheme")
     cost = cmp.experiment.cost_model()
@@ -99,6 +100,7 @@ def figures_readme(cmp: Comparison, tables: dict[str, str],
         checks=check_table,
         compare=compare_table(cmp),
         sweeps=sweeps,
+        figure12=_figure12_section(fig12),
         paper_rate=f"{FIGURE13_RATE['sharegpt']:g}",
         compare_rate=f"{cmp.experiment.rate_per_s:g}",
         beam_decay=f"{cmp.experiment.scheduler_config().beam_decay:g}",
@@ -112,3 +114,18 @@ def figures_readme(cmp: Comparison, tables: dict[str, str],
         kv_64=kv_read_factor(64), best_bs=str(best_bs),
         policy=cmp.experiment.policy,
     )
+
+
+def _figure12_section(fig12: pd.DataFrame | None) -> str:
+    """The README's Figure 12 section (empty when its runs did not run)."""
+    if fig12 is None:
+        return ""
+    from .figure12 import FIGURE12_RATES, ratio_lines
+
+    rates = ", ".join(f"{r:g}" for r in FIGURE12_RATES)
+    return ("\n## Figure 12: normalized latency against the request rate\n\n"
+            "`figure12.csv` (one run per rate and scheme: the rate sweep's setting at "
+            f"{rates} req/s), `figure12_normalized_latency.png` (the median normalized "
+            "latency of each scheme, its sustained rate marked; "
+            "`pagedsim.experiments.figure12` says how that rate is read).\n\n"
+            "```\n" + "\n".join(ratio_lines(fig12)) + "\n```\n")

@@ -19,6 +19,7 @@ from ..engine.scheduler_config import ORDERS
 from ..memory.accounting import CATEGORIES
 from ..memory.schemes import get_scheme
 from ..models.budget import PAPER_OPT_13B, kv_budget, preset_of
+from ..models.cost_profiles import DEFAULT_PROFILE, CostProfileError, get_cost_profile
 from ..models.specs import get_gpu, get_model
 from ..units import GiB
 from ..user_files import file_kind
@@ -121,6 +122,10 @@ class Experiment:
     host_cache_gb: float = 0.0
     host_write_through: bool = False
     host_overlap: bool = True
+    #: The step-time constants (:mod:`pagedsim.models.cost_profiles`): a built-in profile's
+    #: name (``paper``, the default: the roofline the paper's figures are reproduced with;
+    #: ``vllm``: fitted to public vLLM runs) or a profile file ``pagedsim calibrate`` wrote.
+    cost_profile: str = DEFAULT_PROFILE
 
     def __post_init__(self) -> None:
         get_model(self.model)  # unknown presets fail here, before any work
@@ -170,6 +175,10 @@ class Experiment:
         for name in ("host_write_through", "host_overlap"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        try:  # an unknown name, a bad file, or no constants for this GPU: now, not mid-run
+            get_cost_profile(self.cost_profile).efficiencies(self.gpu)
+        except CostProfileError as err:
+            raise ValueError(f"cost_profile {self.cost_profile!r}: {err}") from None
         self._check_pool()
 
     def _check_pool(self) -> None:
@@ -223,14 +232,16 @@ class Experiment:
 
     def cost_model(self) -> CostModel:
         """The roofline step-time model for this model and GPUs, streaming
-        ``weights_bytes`` (``--weights-gb``) when given, as the pool is sized with them."""
+        ``weights_bytes`` (``--weights-gb``) when given, as the pool is sized with them,
+        with the constants of ``cost_profile``."""
         gpu = get_gpu(self.gpu)
         model = get_model(self.model)
         if self.weights_bytes is not None and self.weights_bytes != model.weights_bytes:
             model = replace(model, weights_bytes=self.weights_bytes)
         return CostModel(model, gpu, num_gpus=self.num_gpus,
                          host_link_bytes_per_s=gpu.host_link_bytes_per_s,
-                         host_overlap=self.host_overlap)
+                         host_overlap=self.host_overlap,
+                         **get_cost_profile(self.cost_profile).cost_kwargs(gpu.name))
 
     def requests(self) -> list[Request]:
         """The workload (deterministic: same experiment, same requests)."""

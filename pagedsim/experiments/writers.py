@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..memory.accounting import CATEGORIES
 from ..paper import FIGURE2_SHARES, FIGURE13_RATE, paper_key
 from ..plots.palette import CATEGORY_SHORT, category_of
+from .figure12 import figure12
 from .metrics import CSV_LEFT_OUT, SUMMARY_KEYS
 from .report import figures_readme
 from .runner import Comparison, compare, shares_frame
@@ -236,6 +237,44 @@ def write_sweep(name: str, df: pd.DataFrame, out: str | os.PathLike[str],
     return paths
 
 
+def write_figure12(df: pd.DataFrame, out: str | os.PathLike[str]) -> list[Path]:
+    """The paper's Figure 12 (:mod:`pagedsim.experiments.figure12`): ``figure12.csv``
+    (the runs, as a sweep's CSV) and ``figure12_normalized_latency.png`` (normalized
+    latency against the rate per scheme, each scheme's sustained rate marked, the ratios
+    beside the paper's under it); returns the paths written."""
+    from ..plots.palette import SEQ_COLORS
+    from ..plots.sweeps import sweep_curves
+    from .figure12 import (
+        LATENCY_COLUMN,
+        LATENCY_FACTOR,
+        figure12_base,
+        ratio_lines,
+        sustained_rates,
+    )
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "figure12.csv"
+    df.drop(columns=[c for c in CSV_LEFT_OUT if c in df.columns]).to_csv(path, index=False)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    sweep_curves(df, "rate_per_s", [LATENCY_COLUMN], ax=ax, by="scheme",
+                 title="Figure 12: normalized latency against the request rate")
+    for i, (scheme, (rate, _)) in enumerate(sustained_rates(df).items()):
+        # sweep_curves colours the groups by SEQ_COLORS in order of appearance.
+        first = df[df["scheme"] == scheme].sort_values("rate_per_s")[LATENCY_COLUMN].iloc[0]
+        ax.plot([rate], [LATENCY_FACTOR * first], marker="v", markersize=8, linestyle="",
+                color=SEQ_COLORS[i % len(SEQ_COLORS)], gid=f"sustained-{scheme}")
+    setting = figure12_base().label(swept=("rate_per_s",))
+    footer = [f"Setting: {setting}. Median over requests of end-to-end latency / output "
+              f"tokens. Triangles: the rate each scheme sustains (its latency reaches "
+              f"{LATENCY_FACTOR:g}x its value at the lowest rate)."] + ratio_lines(df)[1:]
+    _footer(ax, "\n".join(textwrap.fill(line, FOOTER_CHARS) for line in footer))
+    png = out / "figure12_normalized_latency.png"
+    _savefig(fig, png)
+    return [path, png]
+
+
 #: A prefixed share column -> its plain category (file names of the sweep figures).
 CATEGORY_KEY = {f"{p}{c}": c for p in ("all_", "sat_") for c in CATEGORIES}
 
@@ -319,8 +358,11 @@ def make_figures(out: str | os.PathLike[str] = "figures", jobs: int | None = Non
         tables[name] = sweep_table(name, df)
         frames[name] = df
         paths += write_sweep(name, df, out, experiment=sweep_base(name, make))
+    say("figures: Figure 12")
+    fig12 = figure12(jobs=jobs, progress=progress)
+    paths += write_figure12(fig12, out)
     path = Path(out) / "README.md"
     path.write_text(figures_readme(cmp, tables, frames.get("sharing"),
-                                   frames.get("block-size")), encoding="utf-8")
+                                   frames.get("block-size"), fig12), encoding="utf-8")
     paths.append(path)
     return paths

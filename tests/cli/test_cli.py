@@ -143,7 +143,9 @@ def test_every_registered_command_has_a_runner() -> None:
     assert len(parser.command_names) == len(COMMANDS)
     for name in parser.command_names:
         extra = {"budget": ["--model", "opt-13b", "--gpu", "a100-80gb"],
-                 "cache-replay": ["trace.jsonl"]}.get(name, [])
+                 "cache-replay": ["trace.jsonl"],
+                 "calibrate": ["result.json", "--model", "llama-3.1-8b", "--gpu",
+                               "a100-80gb", "--out", "profile.json"]}.get(name, [])
         args = parser.parse_args([name, *extra])
         assert callable(args.run)
 

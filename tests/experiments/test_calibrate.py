@@ -1,0 +1,106 @@
+"""pagedsim calibrate: result files become replayable cases, bad ones are refused with one
+line, and a fit to the simulator's own output recovers the constants it ran with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pagedsim.cli import main
+from pagedsim.experiments.calibrate import (
+    ResultFileError,
+    case_from_result,
+    fit_profile,
+    profile_loss,
+)
+from pagedsim.experiments.validate import simulate_case
+from pagedsim.models.cost_profiles import CostProfile, get_cost_profile
+
+SETTINGS = {"model": "llama-3.1-8b", "gpu": "a100-80gb", "num_gpus": 1, "scheduler": "v0",
+            "max_model_len": 4096, "max_num_batched_tokens": 4096, "max_num_seqs": 256,
+            "num_scheduler_steps": 1}
+#: The constants the synthetic "measurements" are made with.
+TRUTH = CostProfile("truth", {"a100-80gb": 0.6}, {"a100-80gb": 0.45}, 0.003, 2e-5, 0.0)
+#: Three runs that pin different constants: one sequence decoding (bandwidth and the fixed
+#: overhead), 128 decoding (the per-sequence overhead), long prompts (FLOP/s).
+RUNS = {"single": ([100], [300]), "wide": ([40] * 128, [200] * 128),
+        "prefill": ([3000] * 12, [4] * 12)}
+
+
+def _write_result(tmp_path, name: str, profile: CostProfile, **extra) -> str:
+    """A benchmark_serving-style result file of ``profile``'s predictions for RUNS[name]."""
+    inputs, outputs = RUNS[name]
+    case = case_from_result(_raw(tmp_path, name, inputs, outputs), SETTINGS)
+    pred = simulate_case(case, None, profile).predicted
+    data = {"request_rate": "inf", "num_prompts": len(inputs), "input_lens": inputs,
+            "output_lens": outputs, "median_ttft_ms": pred["p50_ttft_ms"],
+            "median_tpot_ms": pred["p50_tpot_ms"],
+            "output_throughput": pred["output_tokens_per_s"], **extra}
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _raw(tmp_path, name, inputs, outputs) -> str:
+    path = tmp_path / f"{name}-raw.json"
+    path.write_text(json.dumps({"input_lens": inputs, "output_lens": outputs,
+                                "request_rate": "inf", "output_throughput": 1.0}))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_fit_recovers_the_constants_the_simulator_ran_with(tmp_path) -> None:
+    files = [_write_result(tmp_path, name, TRUTH) for name in RUNS]
+    cases = [case_from_result(f, SETTINGS) for f in files]
+    start = get_cost_profile("vllm")
+    assert profile_loss(start, cases) > 0.01  # the start is far from the truth
+    fitted, loss = fit_profile(cases, start, name="mine")
+    assert loss < 2e-3
+    hbm, flops = fitted.efficiencies("a100-80gb")
+    assert hbm == pytest.approx(0.6, rel=0.08)
+    assert flops == pytest.approx(0.45, rel=0.1)
+    assert fitted.step_overhead_s == pytest.approx(0.003, rel=0.15)
+    assert fitted.name == "mine" and "fitted by pagedsim calibrate" in fitted.sources[
+        "hbm_efficiency"]
+
+
+def test_result_files_are_checked(tmp_path) -> None:
+    good = _raw(tmp_path, "x", [10, 20], [5, 6])
+    case = case_from_result(good, SETTINGS)
+    assert case["rate_per_s"] is None and case["num_prompts"] == 2
+    assert case["measured"] == {"p50_ttft_ms": None, "p50_tpot_ms": None,
+                                "output_tokens_per_s": 1.0}
+    bad = tmp_path / "bad.json"
+    for data, message in (
+            ({"output_lens": [1], "output_throughput": 1.0}, "needs input_lens"),
+            ({"input_lens": [1, 2], "output_lens": [1], "output_throughput": 1.0}, "differ"),
+            ({"input_lens": [1], "output_lens": [1], "output_throughput": 1.0,
+              "max_concurrency": 8}, "max_concurrency 8"),
+            ({"input_lens": [1], "output_lens": [1], "output_throughput": 1.0,
+              "request_rate": -2}, "request_rate"),
+            ({"input_lens": [1], "output_lens": [1]}, "holds none of"),
+            ({"input_lens": [1], "output_lens": [1], "median_tpot_ms": "fast"},
+             "p50_tpot_ms must be a number")):
+        bad.write_text(json.dumps(data))
+        with pytest.raises(ResultFileError, match=message):
+            case_from_result(bad, SETTINGS)
+    bad.write_text("{nope")
+    with pytest.raises(ResultFileError, match="not a readable JSON"):
+        case_from_result(bad, SETTINGS)
+
+
+def test_cli_refusals_are_one_line(tmp_path, capsys) -> None:
+    out = str(tmp_path / "p.json")
+    missing = str(tmp_path / "missing.json")
+    assert main(["calibrate", missing, "--model", "llama-3.1-8b", "--gpu", "a100-80gb",
+                 "--out", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a readable JSON result file" in err[0]
+    good = _raw(tmp_path, "g", [10], [5])
+    assert main(["calibrate", good, "--model", "llama-3.1-8b", "--gpu", "a100-80gb",
+                 "--num-scheduler-steps", "4", "--out", out]) == 2
+    assert "--num-scheduler-steps: needs --policy v0" in capsys.readouterr().err
+    assert main(["calibrate", good, "--model", "llama-3.1-8b", "--gpu", "a100-80gb",
+                 "--start", "nope", "--out", out]) == 2
+    assert "--start" in capsys.readouterr().err
