@@ -66,14 +66,14 @@ PROSE_ALLOWED: dict[str, dict[float, str]] = {
     "05_fragmentation_curves.ipynb": {
         2000: "requests per run of the full-size figures (scripts), not run here",
         1000: "requests per sweep run of the full-size figures (scripts), not run here",
-        1.84: "a knob value to try after the exercise",
-        3000: "a knob value to try after the exercise",
-        12000: "a knob value to try after the exercise",
+        1.84: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
+        3000: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
+        12000: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
     },
     "08_prefix_caching.ipynb": {
         25: "a year: FAST'25, the Mooncake paper's venue",
         12031: "requests of the full Mooncake trace, of which the notebook replays a sample",
-        32: "a knob value to try after the exercise",
+        32: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
     },
     "10_host_tier.ipynb": {
         12.5: "OPT-13B's block of 16 tokens at 800 KiB a token, in MiB (notebook 01's formula)",
