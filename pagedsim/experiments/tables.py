@@ -208,7 +208,7 @@ def rejection_lines(summary: pd.DataFrame) -> list[str]:
     reason; nothing when every request ran."""
     if "rejected" not in summary:
         return []
-    return [f"{r['scheme']}: {r['rejected']:,} of {count(r['num_requests'], 'request')} rejected, "
+    return [f"{r['scheme']}: {r['rejected']:,} of {r['num_requests']:,} requests rejected, "
             f"e.g. {r['first_rejection']}"
             for r in summary.to_dict("records") if r["rejected"]]
 

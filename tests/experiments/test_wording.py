@@ -55,12 +55,3 @@ def test_an_experiment_of_one_request_is_labelled_in_the_singular():
     assert "2,000 requests at" in Experiment(workload="sharegpt", num_requests=2000,
                                              rate_per_s=2.0).label()
 
-
-def test_rejection_line_of_a_one_request_run():
-    import pandas as pd
-
-    from pagedsim.experiments.tables import rejection_lines
-
-    frame = pd.DataFrame([{"scheme": "contiguous-max", "rejected": 1, "num_requests": 1,
-                           "first_rejection": "too long"}])
-    assert rejection_lines(frame) == ["contiguous-max: 1 of 1 request rejected, e.g. too long"]
