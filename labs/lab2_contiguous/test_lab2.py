@@ -308,6 +308,20 @@ def test_reserved_and_internal_fragmentation():
         "token": 4, "reserved": 12, "internal_frag": 0, "external_frag": 0, "free": 112}
 
 
+@pytest.mark.lab2_5
+def test_reserved_stops_at_the_region_end():
+    # A 16-slot region whose owner's final length is 40: only the region's 12 empty slots
+    # can be reserved.
+    concept = ("reserved slots run up to the final length but never past the region's end: "
+               "a region of 16 slots holding 4 tokens has 12 reserved even when its final "
+               "length is 40")
+    try:
+        got = adapters.account(128, [(0, 16, 4, 40)], [(16, 112)], None)
+    except AssertionError as err:  # your account's own check of the five parts
+        raise AssertionError(f"{err}: {concept}") from None
+    assert got["reserved"] == 12, f"reserved {got['reserved']}, expected 12: {concept}"
+
+
 def _expected(regions, holes, need, capacity):
     """The five parts by pagedsim's accounting rules (pagedsim.memory.accounting)."""
     token = reserved = internal = 0

@@ -226,11 +226,16 @@ def test_fork_state_machine():
 
 
 # ============================================================ lab4_3: usage, savings
+SHARED_ONCE = ("token slots are physical slots: a slot shared by several sequences counts "
+               "once (the three samples share the prompt's 6 slots), while logical blocks "
+               "count every block table's entries")
+
 @pytest.mark.lab4_3
 def test_seed_example_usage():
     kv = [None] * (NUM_BLOCKS * BLOCK_SIZE)
     pool = _prefilled_and_forked(kv)
-    assert pool.counts() == (6, 2, 6)  # token slots, physical blocks, logical blocks
+    assert pool.counts() == (6, 2, 6), (  # token slots, physical blocks, logical blocks
+        f"counts {pool.counts()}, expected (6, 2, 6): {SHARED_ONCE}")
     assert pool.sharing_saving() == pytest.approx(1 - 2 / 6)
     for i in range(3):
         for s in range(3):

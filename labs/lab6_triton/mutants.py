@@ -19,4 +19,10 @@ MUTANTS = [
            old="heads = kv_head * GROUP + g",
            new="heads = kv_head + g",
            caught_by=("lab6_3",)),
+    # Split-K merged as a plain average of the splits' outputs, as if every split held the
+    # same share of the softmax sum (the weights 2 ** lse forgotten).
+    Mutant(name="split-k-averaged", file="paged_attention_lab.py",
+           old="w = tl.exp2(lse - tl.max(lse, axis=0))",
+           new="w = tl.where(p_mask, 1.0, 0.0)",
+           caught_by=("lab6_5",)),
 ]

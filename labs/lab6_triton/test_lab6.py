@@ -307,12 +307,33 @@ def test_attention_matches_spec_random(cfg, tile_n):
 
 # --------------------------------------------------------------------------- 6.5
 
+SPLIT_K_CONCEPT = ("split-K: each split's partial output must be weighted by 2 ** (its lse - "
+                   "the largest lse), its share of the softmax sum, before the merge divides by "
+                   "the weights' total; an average of the splits' outputs, or an empty split "
+                   "given weight, mixes them wrongly")
+
+
+def check_split_k(case: dict, **kw) -> None:
+    """check_attention with several splits, naming the merge when only the merge is wrong
+    (the same case with one split matches the spec)."""
+    try:
+        check_attention(case, **kw)
+    except AssertionError as err:
+        if kw.get("num_splits", 1) > 1:
+            try:
+                check_attention(case, **{**kw, "num_splits": 1})
+            except AssertionError:
+                raise err from None  # one split is wrong too: not the merge (task 6.4)
+            raise AssertionError(f"{err}; one split matches the spec, so the merge is "
+                                 f"wrong: {SPLIT_K_CONCEPT}") from None
+        raise
+
 
 @pytest.mark.lab6_5
 @pytest.mark.parametrize("num_splits", [2, 3])
 def test_split_k_matches_spec(num_splits):
-    check_attention(make_case(3, [37, 12, 25], block_size=4, num_kv_heads=2, group=2),
-                    num_splits=num_splits)
+    check_split_k(make_case(3, [37, 12, 25], block_size=4, num_kv_heads=2, group=2),
+                  num_splits=num_splits)
 
 
 @pytest.mark.lab6_5
@@ -320,6 +341,6 @@ def test_split_k_with_empty_splits():
     # A table 5 blocks x 8 = 40 tokens wide, 8 splits of two 4-token tiles each: the 3-token
     # sequence leaves 7 of its splits empty, and the 30-token one the last 4.
     case = make_case(4, [30, 3], block_size=8, num_kv_heads=1, group=2)
-    check_attention(case, num_splits=8, tile_n=4)
+    check_split_k(case, num_splits=8, tile_n=4)
     one = run_attention(case, num_splits=1, tile_n=4).cpu()
     assert torch.allclose(run_attention(case, num_splits=8, tile_n=4).cpu(), one, atol=ATOL)

@@ -20,4 +20,10 @@ MUTANTS = [
            old="self._rows(cache)[start_slot:start_slot + num_slots] = SENTINEL",
            new="pass",
            caught_by=("lab7_3",)),
+    # The first mismatch taken between the scan and the block tables, not the accounting
+    # under test: they agree whenever the cache is right, so no accounting bug is reported.
+    Mutant(name="first-mismatch-against-tables", file="measure_lab.py",
+           old="first = next((r.step for r in rows if r.measured != r.accounted), None)",
+           new="first = next((r.step for r in rows if r.measured != r.tables), None)",
+           caught_by=("lab7_4",)),
 ]

@@ -20,6 +20,7 @@ from ..models.kv_spec import KV_CACHE_DTYPE_BYTES
 from ..models.specs import GPUS, MODELS, ModelSpec, get_gpu, get_model
 from ..textfmt import format_table
 from ..units import GiB, KiB, MiB
+from ..wording import count
 from .argtypes import csv_list, gib_to_bytes, preset, shown, whole
 from .base import UNITS_NOTE, CliError
 from .vllm_budget import run_vllm_budget, wants_vllm_report
@@ -191,8 +192,9 @@ def budget_text(b: KVBudget, seq_len: int) -> str:
         f"block = {b.block_size} tokens x {_size(b.bytes_per_token)} "
         f"= {_size(b.bytes_per_block)}",
         f"num_blocks = {_gib(b.kv_cache_bytes)} // {_size(b.bytes_per_block)} "
-        f"= {b.num_blocks} blocks of {b.block_size} = {b.max_tokens} token slots",
-        f"that is {b.max_tokens // seq_len} sequences of {seq_len} tokens, or "
+        f"= {count(b.num_blocks, 'block', digits='')} of {b.block_size} = "
+        f"{count(b.max_tokens, 'token slot', digits='')}",
+        f"that is {count(b.max_tokens // seq_len, 'sequence', digits='')} of {seq_len} tokens, or "
         f"{b.max_tokens // full_len} of max_model_len {full_len} tokens",
     ]
     note = max_model_len_note(model)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..models.budget import kv_budget
 from ..units import GiB
+from ..wording import count
 
 if TYPE_CHECKING:
     from .spec import Experiment
@@ -51,14 +52,14 @@ def experiment_label(exp: Experiment, swept: Sequence[str] = ()) -> str:
     if exp.is_trace:
         wl = f"trace {os.path.basename(exp.workload)}"
         if exp.num_requests is not None:
-            wl += f", first {exp.num_requests} requests"
+            wl += f", first {count(exp.num_requests, 'request')}"
         if "rate_per_s" in swept:
             wl += ", arrivals rescaled to each swept rate"
         elif exp.rate_per_s is not None:
             wl += f", arrivals rescaled to {exp.rate_per_s:g} req/s"
     else:
         at = "swept rates" if "rate_per_s" in swept else f"{exp.rate_per_s:g} req/s"
-        wl = f"{exp.workload}-like, {exp.num_requests} requests at {at}"
+        wl = f"{exp.workload}-like, {count(exp.num_requests, 'request')} at {at}"
     if {"n", "beam_width"} & set(swept):
         extra = ", n or beam width swept"
     else:

@@ -22,6 +22,7 @@ from ..paper import (
 )
 from ..textfmt import format_table
 from ..units import GiB
+from ..wording import count
 from .fill_hint import fill_hint_lines
 from .runner import Comparison, shares_frame
 from .spec import WORKLOAD_NAMES, Experiment
@@ -272,7 +273,7 @@ def sweep_table(name: str, df: pd.DataFrame, workload_report: str | None = None)
     workload = str(first["workload"])
     kind = (f"{workload}-like" if workload in WORKLOAD_NAMES
             else f"trace {os.path.basename(workload)}")
-    about = (f"{kind}, {int(first['num_requests'])} requests"
+    about = (f"{kind}, {count(int(first['num_requests']), 'request')}"
              + (f" at {first['rate_per_s']:.4g} req/s" if name != "rate" else ""))
     return "\n".join([f"sweep {name} ({about}); {_SWEEP_NOTES[name]}",
                       *([f"workload: {workload_report}"] if workload_report else []),

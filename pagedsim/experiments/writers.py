@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..memory.accounting import CATEGORIES
 from ..paper import FIGURE2_SHARES, FIGURE13_RATE, paper_key
 from ..plots.palette import CATEGORY_SHORT, category_of
+from ..wording import count
 from .figure12 import figure12
 from .metrics import CSV_LEFT_OUT, SUMMARY_KEYS
 from .report import figures_readme
@@ -149,7 +150,7 @@ def sweep_footer(name: str, df: pd.DataFrame, experiment: Experiment | None,
         setting = experiment.label(swept=SWEPT_FIELDS_OF[name])
     else:  # only the frame: say what it holds
         first = df.iloc[0]
-        setting = f"{first['workload']}, {int(first['num_requests'])} requests"
+        setting = f"{first['workload']}, {count(int(first['num_requests']), 'request')}"
     schemes = ", ".join(dict.fromkeys(str(s) for s in df["scheme"] if s != REPLAY_ROW)) \
         if "scheme" in df else "?"
     notes = [f"Setting: {setting}; scheme{'s' if ',' in schemes else ''} {schemes}."]

@@ -31,6 +31,7 @@ import pytest
 
 from .meta import RESULTS_ENV, WORKER_ENV
 from .signing import KEY_ENV, make_undumpable, sign
+from .steps import plain_steps
 
 #: Longest failure text kept per test (characters); the grader's output stays readable.
 MAX_TEXT = 1500
@@ -188,6 +189,7 @@ def _short(report: pytest.TestReport | pytest.CollectReport) -> str:
             text = str(report.longrepr[2])
         else:
             text = "\n".join(str(report.longreprtext).strip().splitlines()[-6:])
+    text = plain_steps(text)  # a property's failing example as the steps that break it
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + " ..."
 
 

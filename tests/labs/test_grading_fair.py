@@ -73,6 +73,11 @@ TASK_LOCAL = [
     (3, "free-forward-order", "blocks must be freed last-first"),
     (5, "lookup-without-last-token-rule", "the last-token rule"),
     (8, "mla-k-and-v", "MLA caches its latent once per token"),
+    # One of our own per remaining lab (issue 35): each the lab's own mutant.
+    (2, "reserved-past-region-end", "never past the region's end"),
+    (4, "token-counts-shared-twice", "a slot shared by several sequences counts once"),
+    (6, "split-k-averaged", "weighted by 2 ** (its lse - the largest lse)"),
+    (7, "first-mismatch-against-tables", "the accounting under test disagree"),
 ]
 
 
@@ -102,3 +107,13 @@ def test_lend_replaces_a_modules_functions_for_a_block_only() -> None:
     with pytest.raises(RuntimeError), lend(module, {"helper": lambda: "reference"}):
         raise RuntimeError("a failing test")
     assert module.task() == "mine"
+
+
+def test_a_property_failure_reads_as_the_steps_that_break_it() -> None:
+    """Lab 4's state machine caught the mutant: its feedback lists the steps in words and
+    the check that failed, not hypothesis's replay program (pagedsim.labs.steps)."""
+    out = grade(4, mutant="token-counts-shared-twice", labs_dir=LABS_DIR).task("lab4_3").output
+    assert "The steps that break it (the shortest found):" in out, out
+    assert "then the check 'categories partition capacity' fails." in out, out
+    for machinery in ("reproduce_failure", "state = ", "data=data(", "Draw 1"):
+        assert machinery not in out, out

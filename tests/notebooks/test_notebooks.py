@@ -17,6 +17,13 @@ committed, where every check cell must say that the knob is not set (so "run all
 nothing), and then, on the same kernel, copies of each exercise's three cells with the
 stored sample prediction and the asked knob value written in, whose check cell must print
 the stored verdict (``Verdict: right`` or ``wrong``).
+
+Prose (``prose_numbers.py``): after that same execution, every number typed into a
+markdown cell or into a check cell's explanation must be one the run printed (to the
+digits typed) or, unless it is a percentage or a ratio, one the code sets; the few that
+stand for something outside the run are listed in ``PROSE_ALLOWED`` with the reason. The
+run test then plants a wrong number into a copy of one of the notebook's own sentences
+and requires the check to name it, so a check that stopped looking would fail.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prose_numbers import Typed, confirmed, prose_numbers, run_numbers, unconfirmed
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -43,6 +51,34 @@ MIN_EXERCISES = 2
 EXERCISE_FIELDS = ("id", "prediction", "sample", "knob", "set", "verdict")
 
 _wall_times: dict[str, float] = {}
+
+# Numbers a notebook's prose may type that its run does not print, each with its reason.
+PROSE_ALLOWED: dict[str, dict[float, str]] = {
+    "01_kv_cache.ipynb": {
+        300: "an illustrative token count (one decode token against a prompt's 300)",
+        1410: "the A100's boost clock in MHz (NVIDIA A100 whitepaper)",
+        192: "the A100's combined L1/shared array per SM in KiB (NVIDIA A100 whitepaper)",
+    },
+    "03_paged.ipynb": {
+        1023: "a 2 MiB vAttention page over Llama-3-8B's 2 KiB of one layer's K per token, "
+              "less one",
+    },
+    "05_fragmentation_curves.ipynb": {
+        2000: "requests per run of the full-size figures (scripts), not run here",
+        1000: "requests per sweep run of the full-size figures (scripts), not run here",
+        1.84: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
+        3000: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
+        12000: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
+    },
+    "08_prefix_caching.ipynb": {
+        25: "a year: FAST'25, the Mooncake paper's venue",
+        12031: "requests of the full Mooncake trace, of which the notebook replays a sample",
+        32: "a knob value to try after the exercise (its key: notebooks/ANSWERS.md)",
+    },
+    "10_host_tier.ipynb": {
+        12.5: "OPT-13B's block of 16 tokens at 800 KiB a token, in MiB (notebook 01's formula)",
+    },
+}
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -141,6 +177,48 @@ def _execute(nb, monkeypatch):
     return client
 
 
+def _check_cells(nb, committed_cells: int) -> set[int]:
+    """Indices of the check cells of executed ``nb``: the committed exercises' and those of
+    the copies ``_apply_samples`` appended (threes after the first ``committed_cells``)."""
+    appended = range(committed_cells + 2, len(nb.cells), 3)
+    return {check for *_, check in _exercises(nb)} | set(appended)
+
+
+def _wrong_number(typed: Typed, printed: set[float], literals: set[float]) -> str:
+    """A number written as ``typed`` is (same decimals, thousands separators) that the run
+    does not confirm: what a stale or mistyped sentence would hold."""
+    for factor in (1.37, 1.71, 2.3, 3.1, 4.7, 7.9, 13.3):
+        value = round(typed.value * factor + (1 if typed.decimals == 0 else 0), typed.decimals)
+        text = f"{value:,.{typed.decimals}f}"
+        candidate = Typed(value, typed.decimals, typed.is_result, typed.is_percent, "", (0, 0))
+        if not confirmed(candidate, printed, literals):
+            return text
+    raise AssertionError(f"no wrong number found near {typed.value:g}")  # pragma: no cover
+
+
+def _check_prose(path: Path, nb, committed_cells: int) -> None:
+    """Typed numbers true of executed ``nb``; and a wrong one planted into a copy of one of
+    its sentences is named."""
+    checks = _check_cells(nb, committed_cells)
+    allowed = PROSE_ALLOWED.get(path.name, {})
+    missing = unconfirmed(nb, checks, allowed)
+    assert not missing, (
+        f"{path.name}: numbers typed into its prose that the run does not print (fix the "
+        "sentence, print the figure, or add it to PROSE_ALLOWED with its reason):\n"
+        + "\n".join(f"  {m}" for m in missing))
+    printed, literals = run_numbers(nb, checks)
+    cell, typed = next((i, t) for i, t in prose_numbers(nb, checks)
+                       if nb.cells[i].cell_type == "markdown" and t.value not in allowed)
+    wrong = _wrong_number(typed, printed, literals)
+    planted = nbformat.from_dict(nb)
+    start, end = typed.span
+    source = planted.cells[cell].source
+    planted.cells[cell].source = source[:start] + wrong + source[end:]
+    caught = [m for m in unconfirmed(planted, checks, allowed) if m.cell == cell]
+    assert [m.typed.value for m in caught] == [float(wrong.replace(",", ""))], (
+        f"{path.name}: {wrong} planted in cell {cell} for {source[start:end]} was not caught")
+
+
 def test_notebooks_exist():
     assert NOTEBOOKS, f"no notebooks found in {NOTEBOOK_DIR}"
 
@@ -212,6 +290,7 @@ def test_notebook_runs(path: Path, monkeypatch, record_property):
     every check cell says its knob is not set; then each exercise again with its sample
     prediction and asked knob value, whose check prints the verdict its metadata names."""
     nb = _read(path)
+    committed_cells = len(nb.cells)
     committed, sampled = _apply_samples(nb)
     start = time.perf_counter()
     try:
@@ -233,6 +312,23 @@ def test_notebook_runs(path: Path, monkeypatch, record_property):
         assert f"Verdict: {meta['verdict']}." in text, (
             f"{path.name} exercise {meta['id']}: with the sample prediction {meta['sample']} and "
             f"{meta['knob']} = {meta['set']}, expected `Verdict: {meta['verdict']}.`, got:\n{text}")
+    _check_prose(path, nb, committed_cells)
     assert wall_s <= MAX_WALL_S, (
         f"{path.name} took {wall_s:.1f} s to run; the limit is {MAX_WALL_S:.0f} s"
     )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_prose_allowed_numbers_are_typed(path: Path):
+    """Every number PROSE_ALLOWED lets a notebook type unprinted is still typed there, with
+    a reason (an entry whose sentence is gone would hide a future mistake)."""
+    nb = _read(path)
+    typed = {t.value for _, t in prose_numbers(nb, {c for *_, c in _exercises(nb)})}
+    for value, reason in PROSE_ALLOWED.get(path.name, {}).items():
+        assert reason.strip(), f"{path.name}: {value:g} is allowed with no reason"
+        assert value in typed, f"{path.name}: {value:g} is allowed but no longer typed"
+
+
+def test_prose_allowed_names_notebooks():
+    names = {p.name for p in NOTEBOOKS}
+    assert set(PROSE_ALLOWED) <= names, set(PROSE_ALLOWED) - names
