@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..memory.accounting import account
 from ..memory.base import Allocator
 from ..workloads.workload import Request
+from .concurrency import ConcurrencyGate
 from .cost import CostModel
 from .host_stats import HostStats
 from .plan import StepPlan
@@ -30,6 +31,7 @@ from .scheduler import Scheduler, SchedulerConfig
 from .steady import run_steady
 from .step_keep import KeepSteps, StepKeeper
 from .step_stats import StepStats
+from .token_gaps import TokenGaps
 
 __all__ = ["REQUEST_COLUMNS", "STEP_COLUMNS", "KeepSteps", "SimResult", "simulate"]
 
@@ -68,6 +70,8 @@ class SimResult:
     rejections: list[tuple[int, str]] = field(default_factory=list)
     #: The host tier's numbers (:mod:`.host_stats`), or None when the run had none.
     host: HostStats | None = None
+    #: Inter-token latencies (:mod:`.token_gaps`), or None when the run was not asked.
+    token_gaps: TokenGaps | None = None
 
     @property
     def step_rows(self) -> list[tuple]:
@@ -184,6 +188,8 @@ def simulate(
     num_requests: int | None = None,
     on_done: Callable[[int, float], None] | None = None,
     steady_runs: bool = True,
+    max_concurrency: int | None = None,
+    token_gaps: TokenGaps | None = None,
 ) -> SimResult:
     """Run every request to completion; returns the run's sums and records.
 
@@ -197,7 +203,11 @@ def simulate(
     rejected, with how many are done so far and the simulated clock (seconds).
     ``steady_runs``: run steady decode steps at once where the scheme can (:mod:`.steady`;
     the same rows and results as step by step, which False asks for). Never with
-    ``on_step`` or a host tier, which look at every step.
+    ``on_step`` or a host tier, which look at every step. ``max_concurrency``: at most
+    that many requests in the system at once, the next sent when one ends
+    (:mod:`.concurrency`; its record then arrives when it was sent). ``token_gaps``: a
+    :class:`TokenGaps` to record every request's inter-token latencies in (kept in the
+    result).
     """
     # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.engine.cost).
     # And its sliding layers read only their windows where the kernel knows them (hybrid).
@@ -207,7 +217,8 @@ def simulate(
     keep = keep_steps or KeepSteps.all()
     if num_requests is None and hasattr(requests, "__len__"):
         num_requests = len(requests)  # type: ignore[arg-type]
-    arrivals = iter(_in_order(requests))
+    gate = ConcurrencyGate(_in_order(requests), max_concurrency)
+    gaps = token_gaps
     stats = StepStats(STEP_COLUMNS)
     keeper = StepKeeper(keep)
     log = RequestLog()
@@ -228,8 +239,12 @@ def simulate(
     def forget(rids: list[int], finish_s: float | None) -> None:
         """Write the rows of requests done for good and drop them from the scheduler's
         table, so that memory holds only the requests still in the system."""
+        nonlocal nxt
         if on_done is not None:
             on_done(len(log) + len(rids), now)
+        gate.release(len(rids))
+        if gaps is not None:
+            gaps.forget(rids)
         for rid in rids:
             g = groups.pop(rid)
             r = g.request
@@ -242,6 +257,8 @@ def simulate(
             log.add((rid, r.arrival_s, r.prompt_len, r.output_len, r.n, r.beam_width,
                      g.first_scheduled_s, g.first_token_s, finish, g.num_output,
                      g.num_preemptions, g.cached_prompt_tokens, end))
+        if nxt is None:  # a permit came free (--max-concurrency): the next may be sent
+            nxt = gate.next(now)
 
     def show(num_done: int, shown_s: float) -> float:
         """``num_done`` more requests on the bar, and the simulated clock at most once a
@@ -254,7 +271,7 @@ def simulate(
         return shown_s
 
     now = 0.0
-    nxt = next(arrivals, None)
+    nxt = gate.next(now)
     stalls = 0
     step_time = cost.step_time_s
     evicted = allocator.evicted_blocks
@@ -264,7 +281,7 @@ def simulate(
     while nxt is not None or sched.has_unfinished():
         while nxt is not None and nxt.arrival_s <= now:
             sched.add_request(nxt)
-            nxt = next(arrivals, None)
+            nxt = gate.next(now)
         if not sched.has_unfinished():
             now = nxt.arrival_s  # type: ignore[union-attr]
             continue
@@ -275,6 +292,12 @@ def simulate(
             external = allocator.external_frag_slots(sched.next_need_slots())
             capacity, b = allocator.capacity_slots, run.num_seqs
             last = len(run.usages) - 1
+            if gaps is not None:  # every running request sampled in every step of the run
+                ends, end = [], now
+                for dt in run.step_times_s:
+                    end += dt  # as the clock below adds them
+                    ends.append(end)
+                gaps.steps(run.request_ids, ends)
             for i, (dt, u) in enumerate(zip(run.step_times_s, run.usages, strict=True)):
                 chunk.append((
                     run.first_step + i, now, dt, b, b, len(sched.waiting), 0,
@@ -293,7 +316,7 @@ def simulate(
                     last_shown = show(len(run.finished), last_shown)
                 while nxt is not None and nxt.arrival_s <= now:
                     sched.add_request(nxt)
-                    nxt = next(arrivals, None)
+                    nxt = gate.next(now)
             stalls = 0
             continue
         plan = sched.schedule(now)
@@ -351,6 +374,9 @@ def simulate(
         now += dt
         for rid in starts:
             first_end[rid] = now
+        if gaps is not None:  # who sampled a token in this step: decodes, ended prefills
+            gaps.step([*plan.decode_request_ids,
+                       *dict.fromkeys(p.request_id for p in plan.prefills if p.last)], now)
         if plan.finished or plan.rejected:
             if plan.finished:
                 forget(plan.finished, now)
@@ -370,4 +396,5 @@ def simulate(
                      keep_steps=keep,
                      rejections=[(rid, reason) for _, rid, reason in sorted(rejected)],
                      num_preemptions=sched.num_preemptions, num_swaps_out=sched.num_swaps_out,
-                     num_cow_copies=stats.counts["cow_copies"], host=host)
+                     num_cow_copies=stats.counts["cow_copies"], host=host,
+                     token_gaps=gaps)
