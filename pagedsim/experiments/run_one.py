@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..engine.simulator import KeepSteps, simulate
+from ..engine.token_gaps import TokenGaps
 from ..memory.schemes import make_allocator
 from .metrics import summarize
 from .spec import Experiment
@@ -57,7 +58,8 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
     result = simulate(exp.iter_requests(), alloc, exp.cost_model(), sched,
                       scheme=scheme, progress=progress, keep_steps=keep,
                       num_requests=None if exp.is_trace else exp.num_requests,
-                      on_done=None if on_progress is None else _throttled(on_progress))
+                      on_done=None if on_progress is None else _throttled(on_progress),
+                      max_concurrency=exp.max_concurrency, token_gaps=TokenGaps())
     summary = summarize(result)
     if on_progress is not None:
         on_progress(int(summary["num_requests"]), float(summary["sim_time_s"]))
