@@ -75,7 +75,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
                         "prefix-cache (blocks named by hashes, kept after their request "
                         "ends, LRU eviction), hybrid as hybrid-prefix-cache; schemes "
                         "without a prefix-caching version (contiguous, vAttention) run as "
-                        "they are (default off, the paper's vLLM had none)")
+                        "they are (default off, as in the paper's main runs)")
     b = p.add_argument_group(
         "benchmark_serving flags",
         "the load vLLM's benchmark_serving / 'vllm bench serve' sends")

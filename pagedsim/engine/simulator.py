@@ -70,7 +70,7 @@ class SimResult:
     rejections: list[tuple[int, str]] = field(default_factory=list)
     #: The host tier's numbers (:mod:`.host_stats`), or None when the run had none.
     host: HostStats | None = None
-    #: Inter-token latencies (:mod:`.token_gaps`), or None when the run was not asked.
+    #: Inter-token latencies (:mod:`.token_gaps`); None only in a result built by hand.
     token_gaps: TokenGaps | None = None
 
     @property
@@ -205,9 +205,10 @@ def simulate(
     the same rows and results as step by step, which False asks for). Never with
     ``on_step`` or a host tier, which look at every step. ``max_concurrency``: at most
     that many requests in the system at once, the next sent when one ends
-    (:mod:`.concurrency`; its record then arrives when it was sent). ``token_gaps``: a
-    :class:`TokenGaps` to record every request's inter-token latencies in (kept in the
-    result).
+    (:mod:`.concurrency`; its record then arrives when it was sent). ``token_gaps``: the
+    :class:`TokenGaps` every request's inter-token latencies are recorded in (default a
+    new one; the result keeps it), so that a run's summary is the same however it was
+    started.
     """
     # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.engine.cost).
     # And its sliding layers read only their windows where the kernel knows them (hybrid).
@@ -218,7 +219,7 @@ def simulate(
     if num_requests is None and hasattr(requests, "__len__"):
         num_requests = len(requests)  # type: ignore[arg-type]
     gate = ConcurrencyGate(_in_order(requests), max_concurrency)
-    gaps = token_gaps
+    gaps = TokenGaps() if token_gaps is None else token_gaps
     stats = StepStats(STEP_COLUMNS)
     keeper = StepKeeper(keep)
     log = RequestLog()
@@ -243,8 +244,7 @@ def simulate(
         if on_done is not None:
             on_done(len(log) + len(rids), now)
         gate.release(len(rids))
-        if gaps is not None:
-            gaps.forget(rids)
+        gaps.forget(rids)
         for rid in rids:
             g = groups.pop(rid)
             r = g.request
@@ -292,12 +292,11 @@ def simulate(
             external = allocator.external_frag_slots(sched.next_need_slots())
             capacity, b = allocator.capacity_slots, run.num_seqs
             last = len(run.usages) - 1
-            if gaps is not None:  # every running request sampled in every step of the run
-                ends, end = [], now
-                for dt in run.step_times_s:
-                    end += dt  # as the clock below adds them
-                    ends.append(end)
-                gaps.steps(run.request_ids, ends)
+            ends, end = [], now  # every running request sampled in every step of the run
+            for dt in run.step_times_s:
+                end += dt  # as the clock below adds them
+                ends.append(end)
+            gaps.steps(run.request_ids, ends)
             for i, (dt, u) in enumerate(zip(run.step_times_s, run.usages, strict=True)):
                 chunk.append((
                     run.first_step + i, now, dt, b, b, len(sched.waiting), 0,
@@ -374,9 +373,9 @@ def simulate(
         now += dt
         for rid in starts:
             first_end[rid] = now
-        if gaps is not None:  # who sampled a token in this step: decodes, ended prefills
-            gaps.step([*plan.decode_request_ids,
-                       *dict.fromkeys(p.request_id for p in plan.prefills if p.last)], now)
+        # Who sampled a token in this step: the decodes and the prefills that ended.
+        gaps.step([*plan.decode_request_ids,
+                   *dict.fromkeys(p.request_id for p in plan.prefills if p.last)], now)
         if plan.finished or plan.rejected:
             if plan.finished:
                 forget(plan.finished, now)

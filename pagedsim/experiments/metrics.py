@@ -48,8 +48,8 @@ Other numbers (units in the key names)
   per-request rows are kept, 76 bytes each).
 * ``serving_<field>``: the fields of vLLM's ``benchmark_serving`` result under its own
   names (``serving_mean_ttft_ms``, ``serving_p99_itl_ms``, ``serving_duration``, ...;
-  :mod:`.serving_report` lists them with their units), inter-token latencies included
-  when the run recorded them (:mod:`pagedsim.engine.token_gaps`; NaN otherwise).
+  :mod:`.serving_report` lists them with their units), inter-token latencies from what
+  the run recorded (:mod:`pagedsim.engine.token_gaps`; NaN for a result built by hand).
 * ``sharing_saving``: time-weighted ``1 - physical_blocks / logical_blocks`` over steps
   with ``logical_blocks > 0`` (the paper's section 6.3 memory saving; 0 without sharing).
 * ``prefix_queries`` / ``prefix_hits``: tokens of admitted prompts (recomputations

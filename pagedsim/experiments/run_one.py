@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..engine.simulator import KeepSteps, simulate
-from ..engine.token_gaps import TokenGaps
 from ..memory.schemes import make_allocator
 from .metrics import summarize
 from .spec import Experiment
@@ -59,7 +58,7 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
                       scheme=scheme, progress=progress, keep_steps=keep,
                       num_requests=None if exp.is_trace else exp.num_requests,
                       on_done=None if on_progress is None else _throttled(on_progress),
-                      max_concurrency=exp.max_concurrency, token_gaps=TokenGaps())
+                      max_concurrency=exp.max_concurrency)
     summary = summarize(result)
     if on_progress is not None:
         on_progress(int(summary["num_requests"]), float(summary["sim_time_s"]))
