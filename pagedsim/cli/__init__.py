@@ -24,7 +24,8 @@ Units: every "GB" in a flag or in the output is a binary gigabyte, 1 GiB = 2**30
 One module per group of commands: :mod:`~pagedsim.cli.presets` (budget, models, gpus),
 :mod:`~pagedsim.cli.schemes` (schemes), :mod:`~pagedsim.cli.simulate` (compare, figures),
 :mod:`~pagedsim.cli.sweep` (sweep) and the options those share
-(:mod:`~pagedsim.cli.experiment_options`), :mod:`~pagedsim.cli.cache` (cache-replay);
+(:mod:`~pagedsim.cli.experiment_options`; vLLM's engine and benchmark_serving's load
+flags in :mod:`~pagedsim.cli.engine_options`), :mod:`~pagedsim.cli.cache` (cache-replay);
 argument types in
 :mod:`~pagedsim.cli.argtypes`. Adding a command (keep the modules light: import heavy
 things inside ``run_<cmd>``, since ``import pagedsim.cli`` must never pull in torch, triton

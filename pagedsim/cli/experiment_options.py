@@ -21,6 +21,7 @@ from ..workloads.traces import ON_TOO_LONG, TraceError
 from .argtypes import gib_to_bytes, jobs, nonempty, preset, rate, whole
 from .base import CliError
 from .dask import add_dask_option
+from .engine_options import add_engine_options, engine_fields
 from .host_options import add_host_options, host_fields
 from .presets import BUDGET_ACTIVATION_BYTES, BUDGET_UTILIZATION, MODEL_HELP, model_arg
 
@@ -72,10 +73,12 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
 
     wl = _default(d.workload)
     p.add_argument("--workload", default=None,
-                   metavar="{sharegpt,alpaca,system-prompt,multi-turn,few-shot,PATH}",
-                   type=nonempty("sharegpt, alpaca, system-prompt, multi-turn, few-shot or "
-                                 "the path of a trace file"),
-                   help=f"synthetic ShareGPT-/Alpaca-like lengths; system-prompt, "
+                   metavar="{sharegpt,alpaca,random,system-prompt,multi-turn,few-shot,PATH}",
+                   type=nonempty("sharegpt, alpaca, random, system-prompt, multi-turn, "
+                                 "few-shot or the path of a trace file"),
+                   help=f"synthetic ShareGPT-/Alpaca-like lengths; random: "
+                        f"benchmark_serving's fixed lengths (--random-input-len, "
+                        f"--random-output-len); system-prompt, "
                         f"multi-turn or few-shot: prompts that share content (shared system "
                         f"prompts, conversation histories, few-shot examples; "
                         f"pagedsim.workloads.sharing_workloads); or a trace file (Azure "
@@ -127,7 +130,8 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                     if d.command == "compare" else ""))
     p.add_argument("--rate", type=rate, default=None, metavar="REQ_PER_S",
                    help=swept("--rate",
-                              f"Poisson arrival rate in requests/s ({rate_text}); for a "
+                              f"Poisson arrival rate in requests/s ({rate_text}); inf: "
+                              "every request at t = 0 (benchmark_serving's default); for a "
                               "trace: rescale its arrival gaps (all by one factor) to this "
                               "mean rate (default: the recorded times)"))
     nr = _default(None if d.num_requests is None else f"{d.num_requests:,}")
@@ -180,6 +184,7 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                         "every CPU, 1 = no subprocess (default -1)")
     add_dask_option(p)
     add_host_options(p, d.swept)
+    add_engine_options(p)
     p.add_argument("--quiet", action="store_true",
                    help="no start line, no progress bar and no list of files written")
 
@@ -242,6 +247,7 @@ def experiment(args: argparse.Namespace, workload: str | None = None,
         swap_bytes=args.swap_gb, on_too_long=args.on_too_long or "clip",
         skip_zero_output=args.skip_zero_output,
     )
+    fields.update(engine_fields(args, str(fields["gpu"]), workload))
     if workload in WORKLOAD_NAMES:
         for flag, given in (("--on-too-long", args.on_too_long is not None),
                             ("--skip-zero-output", args.skip_zero_output)):
@@ -272,6 +278,10 @@ _PARAM_FLAGS = {
     "gpu_memory_utilization": "--gpu-memory-utilization", "preemption": "--preemption",
     "policy": "--policy", "order": "--order", "on_too_long": "--on-too-long",
     "cost_profile": "--cost-profile",
+    "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_model_len_tokens": "--max-model-len", "max_concurrency": "--max-concurrency",
+    "random_input_len": "--random-input-len", "random_output_len": "--random-output-len",
+    "random_range_ratio": "--random-range-ratio",
 }
 #: The memory setting's flags (None unless given): named when an error is about the pool
 #: as a whole ("the weights do not fit").

@@ -20,6 +20,7 @@ from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, jobs, keep_steps, nonempty, whole
 from .base import PROG, UNITS_NOTE, CliError
 from .dask import with_dask
+from .engine_options import prefix_caching_schemes
 from .experiment_options import (
     OptionDefaults,
     add_experiment_options,
@@ -136,7 +137,13 @@ def add_compare(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print one JSON list of rows (scheme, the six shares as fractions "
                         "summing to 1, mean_batch_size, throughput_tokens_per_s, "
-                        "preemptions, ...) instead of the table")
+                        "preemptions, ..., and benchmark_serving: every field of vLLM's "
+                        "benchmark_serving result under its names) instead of the table")
+    p.add_argument("--latency", action="store_true",
+                   help="after the table, per scheme the block vLLM's benchmark_serving "
+                        "prints: successful requests, duration, request and token "
+                        "throughput, mean / median / P99 TTFT, TPOT, ITL and E2EL in ms "
+                        "(with --json: the rows' benchmark_serving fields instead)")
     p.set_defaults(run=with_dask(run_compare))
 
 
@@ -155,7 +162,8 @@ def run_compare(args: argparse.Namespace) -> int:
             args.keep_steps or KeepSteps.sample(DEFAULT_KEEP_STEPS))
     named = None if args.schemes is None else _check_schemes(args.schemes)
     exp = experiment(args)
-    schemes = named or default_schemes(exp.model)
+    schemes = prefix_caching_schemes(named or default_schemes(exp.model),
+                                     bool(args.enable_prefix_caching))
     report = check_trace(exp)
     _check_out(args)
     warn_ignored_host_tier(args, schemes, exp.model)
@@ -168,6 +176,8 @@ def run_compare(args: argparse.Namespace) -> int:
         print(json.dumps(json_rows(cmp), indent=1))
     else:
         print(compare_table(cmp, workload_report=report))
+        if args.latency:
+            _print_serving_blocks(cmp)
     if not args.no_write:
         _report_written(args, write_compare(cmp, args.out, max_step_rows=args.max_step_rows))
         paths, lines = write_hybrid_groups(exp, schemes, args.out)
@@ -175,6 +185,17 @@ def run_compare(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr if args.json else sys.stdout)
         _report_written(args, paths)
     return 0
+
+
+def _print_serving_blocks(cmp: object) -> None:
+    """``compare --latency``: benchmark_serving's block for each scheme, in order."""
+    from ..experiments.serving_report import serving_block, serving_fields
+
+    exp = cmp.experiment  # type: ignore[attr-defined]
+    for rec in cmp.summary.to_dict("records"):  # type: ignore[attr-defined]
+        print()
+        print(serving_block(serving_fields(rec), rec["scheme"], exp.max_concurrency,
+                            exp.rate_per_s))
 
 
 def _say_start(args: argparse.Namespace, what: str, runs: int, exp: Experiment,

@@ -13,6 +13,7 @@ from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, finite, nonempty
 from .base import PROG, UNITS_NOTE, ArgumentParser, CliError
 from .dask import with_dask
+from .engine_options import prefix_caching_schemes
 from .experiment_options import (
     OptionDefaults,
     add_experiment_options,
@@ -197,7 +198,15 @@ def run_sweep(args: argparse.Namespace) -> int:
         sweep_table,
         write_sweep,
     )
-    from ..experiments.sweeps import SWEEP_CACHE_TOKENS, default_values_text, num_runs
+    from ..experiments.sweeps import (
+        SWEEP_BEAM_WIDTHS,
+        SWEEP_CACHE_TOKENS,
+        SWEEP_NS,
+        default_values_text,
+        num_runs,
+    )
+
+    sharing_widths = sorted({*SWEEP_NS, *SWEEP_BEAM_WIDTHS})
 
     if args.name is None:
         raise CliError(f"missing sweep, choose one of: {', '.join(SWEEPS)}, all "
@@ -205,6 +214,14 @@ def run_sweep(args: argparse.Namespace) -> int:
     names = list(SWEEPS) if args.name == "all" else [args.name]
     if args.values is not None and len(names) > 1:
         raise CliError("argument --values: needs one sweep, not all")
+    if args.enable_prefix_caching:
+        if names != ["rate"]:
+            raise CliError(f"argument --enable-prefix-caching: applies to the rate sweep "
+                           f"(its schemes run with prefix caching), not {args.name}; the "
+                           "cache-size and host-cache sweeps run prefix caches already")
+        from ..memory.schemes import DEFAULT_SCHEMES as RATE_SCHEMES
+
+        args.schemes = list(prefix_caching_schemes(args.schemes or RATE_SCHEMES, True))
     if args.schemes is not None:
         if names not in (["rate"], ["cache-size"], ["host-cache"]):
             raise CliError(f"argument --schemes: applies to the rate, cache-size and "
@@ -239,6 +256,12 @@ def run_sweep(args: argparse.Namespace) -> int:
                     "larger than the cache-size sweep's smallest default pool "
                     f"({min(SWEEP_CACHE_TOKENS):,} slots); give pool sizes of one block or "
                     "more with --values") from None
+        elif name == "sharing" and args.max_num_seqs is not None:  # n up to 6 by default
+            try:
+                check_values(name, sharing_widths, exp)
+            except ValueError as exc:
+                raise CliError(f"argument --max-num-seqs: {exc}; give smaller widths with "
+                               "--values") from None
         if name == "rate" and exp.is_trace:  # can the trace take the swept rates at all?
             first = (values or SWEEP_RATES)[0]
             try:

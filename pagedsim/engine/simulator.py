@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..memory.accounting import account
 from ..memory.base import Allocator
 from ..workloads.workload import Request
+from .concurrency import ConcurrencyGate
 from .cost import CostModel
 from .host_stats import HostStats
 from .plan import StepPlan
@@ -30,6 +31,7 @@ from .scheduler import Scheduler, SchedulerConfig
 from .steady import run_steady
 from .step_keep import KeepSteps, StepKeeper
 from .step_stats import StepStats
+from .token_gaps import TokenGaps
 
 __all__ = ["REQUEST_COLUMNS", "STEP_COLUMNS", "KeepSteps", "SimResult", "simulate"]
 
@@ -68,6 +70,8 @@ class SimResult:
     rejections: list[tuple[int, str]] = field(default_factory=list)
     #: The host tier's numbers (:mod:`.host_stats`), or None when the run had none.
     host: HostStats | None = None
+    #: Inter-token latencies (:mod:`.token_gaps`); None only in a result built by hand.
+    token_gaps: TokenGaps | None = None
 
     @property
     def step_rows(self) -> list[tuple]:
@@ -185,6 +189,8 @@ def simulate(
     on_done: Callable[[int, float], None] | None = None,
     steady_runs: bool = True,
     batch_decodes: bool = True,
+    max_concurrency: int | None = None,
+    token_gaps: TokenGaps | None = None,
 ) -> SimResult:
     """Run every request to completion; returns the run's sums and records.
 
@@ -200,7 +206,12 @@ def simulate(
     the same rows and results as step by step, which False asks for). Never with
     ``on_step`` or a host tier, which look at every step. ``batch_decodes``: a step's
     decodes go to memory in one call (:mod:`.decode_batch`; the same run, which False
-    asks for group by group).
+    asks for group by group). ``max_concurrency``: at most
+    that many requests in the system at once, the next sent when one ends
+    (:mod:`.concurrency`; its record then arrives when it was sent). ``token_gaps``: the
+    :class:`TokenGaps` every request's inter-token latencies are recorded in (default a
+    new one; the result keeps it), so that a run's summary is the same however it was
+    started.
     """
     # The attention kernel of this scheme: block-table lookups cost extra (pagedsim.engine.cost).
     # And its sliding layers read only their windows where the kernel knows them (hybrid).
@@ -210,7 +221,8 @@ def simulate(
     keep = keep_steps or KeepSteps.all()
     if num_requests is None and hasattr(requests, "__len__"):
         num_requests = len(requests)  # type: ignore[arg-type]
-    arrivals = iter(_in_order(requests))
+    gate = ConcurrencyGate(_in_order(requests), max_concurrency)
+    gaps = TokenGaps() if token_gaps is None else token_gaps
     stats = StepStats(STEP_COLUMNS)
     keeper = StepKeeper(keep)
     log = RequestLog()
@@ -231,8 +243,11 @@ def simulate(
     def forget(rids: list[int], finish_s: float | None) -> None:
         """Write the rows of requests done for good and drop them from the scheduler's
         table, so that memory holds only the requests still in the system."""
+        nonlocal nxt
         if on_done is not None:
             on_done(len(log) + len(rids), now)
+        gate.release(len(rids))
+        gaps.forget(rids)
         for rid in rids:
             g = groups.pop(rid)
             r = g.request
@@ -245,6 +260,8 @@ def simulate(
             log.add((rid, r.arrival_s, r.prompt_len, r.output_len, r.n, r.beam_width,
                      g.first_scheduled_s, g.first_token_s, finish, g.num_output,
                      g.num_preemptions, g.cached_prompt_tokens, end))
+        if nxt is None:  # a permit came free (--max-concurrency): the next may be sent
+            nxt = gate.next(now)
 
     def show(num_done: int, shown_s: float) -> float:
         """``num_done`` more requests on the bar, and the simulated clock at most once a
@@ -257,7 +274,7 @@ def simulate(
         return shown_s
 
     now = 0.0
-    nxt = next(arrivals, None)
+    nxt = gate.next(now)
     stalls = 0
     step_time = cost.step_time_s
     evicted = allocator.evicted_blocks
@@ -267,7 +284,7 @@ def simulate(
     while nxt is not None or sched.has_unfinished():
         while nxt is not None and nxt.arrival_s <= now:
             sched.add_request(nxt)
-            nxt = next(arrivals, None)
+            nxt = gate.next(now)
         if not sched.has_unfinished():
             now = nxt.arrival_s  # type: ignore[union-attr]
             continue
@@ -278,6 +295,11 @@ def simulate(
             external = allocator.external_frag_slots(sched.next_need_slots())
             capacity, b = allocator.capacity_slots, run.num_seqs
             last = len(run.usages) - 1
+            ends, end = [], now  # every running request sampled in every step of the run
+            for dt in run.step_times_s:
+                end += dt  # as the clock below adds them
+                ends.append(end)
+            gaps.steps(run.request_ids, ends)
             for i, (dt, u) in enumerate(zip(run.step_times_s, run.usages, strict=True)):
                 chunk.append((
                     run.first_step + i, now, dt, b, b, len(sched.waiting), 0,
@@ -296,7 +318,7 @@ def simulate(
                     last_shown = show(len(run.finished), last_shown)
                 while nxt is not None and nxt.arrival_s <= now:
                     sched.add_request(nxt)
-                    nxt = next(arrivals, None)
+                    nxt = gate.next(now)
             stalls = 0
             continue
         plan = sched.schedule(now)
@@ -355,6 +377,9 @@ def simulate(
         now += dt
         for rid in starts:
             first_end[rid] = now
+        # Who sampled a token in this step: the decodes and the prefills that ended.
+        gaps.step([*plan.decode_request_ids,
+                   *dict.fromkeys(p.request_id for p in plan.prefills if p.last)], now)
         if plan.finished or plan.rejected:
             if plan.finished:
                 forget(plan.finished, now)
@@ -374,4 +399,5 @@ def simulate(
                      keep_steps=keep,
                      rejections=[(rid, reason) for _, rid, reason in sorted(rejected)],
                      num_preemptions=sched.num_preemptions, num_swaps_out=sched.num_swaps_out,
-                     num_cow_copies=stats.counts["cow_copies"], host=host)
+                     num_cow_copies=stats.counts["cow_copies"], host=host,
+                     token_gaps=gaps)

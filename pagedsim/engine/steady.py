@@ -39,6 +39,7 @@ class SteadyRun(NamedTuple):
     usages: list[StepUsage]  # the pool after each step (slots, blocks)
     num_seqs: int  # decodes in each step (one sequence per running group)
     finished: list[int]  # request ids done after the last step, in running order
+    request_ids: list[int]  # the requests that decoded in every step, in running order
 
 
 def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
@@ -75,4 +76,4 @@ def run_steady(sched: Scheduler, cost: CostModel, now_s: float,
         times = cost.decode_steps_s(num_seqs, kv_tokens + num_seqs, done)
     first = sched.step_index + 1
     finished = sched.advance_decodes(done, seq_ids, rids, kv_tokens)
-    return SteadyRun(first, times, usages, num_seqs, finished)
+    return SteadyRun(first, times, usages, num_seqs, finished, rids)

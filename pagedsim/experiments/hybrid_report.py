@@ -64,7 +64,8 @@ def group_timeline(exp: Experiment, scheme: str) -> pd.DataFrame:
 
     simulate(exp.iter_requests(), alloc, exp.cost_model(), sched, scheme=scheme,
              progress=False, on_step=on_step, keep_steps=KeepSteps.none(),
-             num_requests=None if exp.is_trace else exp.num_requests)
+             num_requests=None if exp.is_trace else exp.num_requests,
+             max_concurrency=exp.max_concurrency)
     frame = pd.DataFrame.from_records(rows, columns=list(GROUP_COLUMNS))
     # The pool in words, for a figure's title: the groups and the blocks they share.
     frame.attrs["pool"] = (f"{describe_groups(alloc.groups)}; {alloc.num_blocks:,} blocks of "

@@ -60,6 +60,13 @@ def experiment_label(exp: Experiment, swept: Sequence[str] = ()) -> str:
     else:
         at = "swept rates" if "rate_per_s" in swept else f"{exp.rate_per_s:g} req/s"
         wl = f"{exp.workload}-like, {count(exp.num_requests, 'request')} at {at}"
+        if exp.workload == "random":  # benchmark_serving's dataset: say its lengths
+            spread = (f" (range ratio {exp.random_range_ratio:g})"
+                      if exp.random_range_ratio else "")
+            wl = (f"random {exp.random_input_len} in / {exp.random_output_len} out tokens"
+                  f"{spread}, {count(exp.num_requests, 'request')} at {at}")
+    if exp.max_concurrency is not None:
+        wl += f", at most {exp.max_concurrency} at once"
     if {"n", "beam_width"} & set(swept):
         extra = ", n or beam width swept"
     else:
@@ -88,4 +95,16 @@ def experiment_label(exp: Experiment, swept: Sequence[str] = ()) -> str:
                 f"{'overlapped' if exp.host_overlap else 'not overlapped'})")
     return (f"{exp.model} on {gpus}{preset}, {pool}{host}, {wl}{extra}, seed {exp.seed}, "
             f"{pre}, {exp.policy} scheduling"
-            + (f", {exp.order} order" if exp.order != "fcfs" else ""))
+            + (f", {exp.order} order" if exp.order != "fcfs" else "") + _engine_text(exp))
+
+
+def _engine_text(exp: Experiment) -> str:
+    """vLLM's engine limits where they differ from the paper's run's (nothing else)."""
+    parts = []
+    if exp.max_num_seqs != 256:
+        parts.append(f"max_num_seqs {exp.max_num_seqs}")
+    if exp.max_num_batched_tokens is not None:
+        parts.append(f"max_num_batched_tokens {exp.max_num_batched_tokens}")
+    if exp.max_model_len_tokens is not None:
+        parts.append(f"max_model_len {exp.max_model_len_tokens}")
+    return "".join(f", {p}" for p in parts)

@@ -46,6 +46,10 @@ Other numbers (units in the key names)
   ``(latency - ttft) / (output_len - 1)`` per request, requests of one output token left
   out. Percentiles are exact (numpy's linear interpolation over every request: the
   per-request rows are kept, 76 bytes each).
+* ``serving_<field>``: the fields of vLLM's ``benchmark_serving`` result under its own
+  names (``serving_mean_ttft_ms``, ``serving_p99_itl_ms``, ``serving_duration``, ...;
+  :mod:`.serving_report` lists them with their units), inter-token latencies from what
+  the run recorded (:mod:`pagedsim.engine.token_gaps`; NaN for a result built by hand).
 * ``sharing_saving``: time-weighted ``1 - physical_blocks / logical_blocks`` over steps
   with ``logical_blocks > 0`` (the paper's section 6.3 memory saving; 0 without sharing).
 * ``prefix_queries`` / ``prefix_hits``: tokens of admitted prompts (recomputations
@@ -84,6 +88,8 @@ from ..engine.request_log import RequestLog
 from ..engine.simulator import STEP_COLUMNS
 from ..engine.step_stats import PartSums
 from ..memory.accounting import CATEGORIES
+from .serving_report import PREFIX as SERVING_PREFIX
+from .serving_report import SUMMARY_SERVING_KEYS, serving_metrics
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -156,8 +162,9 @@ RECENT_REQUESTS = 1000
 LATENCY_KEYS: tuple[str, ...] = ("mean_ttft_s", "p50_ttft_s", "p90_ttft_s", "p99_ttft_s",
                                  "mean_tpot_s", "p50_tpot_s", "p90_tpot_s")
 #: Summary keys the summary CSVs do not write, so that every committed CSV stays byte for
-#: byte what it was; ``compare --json`` and the summary frames carry them.
-CSV_LEFT_OUT: tuple[str, ...] = LATENCY_KEYS
+#: byte what it was; ``compare --json`` and the summary frames carry them (the request
+#: latencies, and benchmark_serving's fields: :mod:`.serving_report`).
+CSV_LEFT_OUT: tuple[str, ...] = LATENCY_KEYS + SUMMARY_SERVING_KEYS
 
 
 def _shares(part: PartSums) -> dict[str, float]:
@@ -275,6 +282,8 @@ def summarize(result: SimResult, steps: pd.DataFrame | None = None
     out["rejected"] = len(result.rejections)
     out["first_rejection"] = result.rejections[0][1] if result.rejections else ""
     out.update(latency_stats(log))
+    for key, value in serving_metrics(log, result.token_gaps, end_s).items():
+        out[SERVING_PREFIX + key] = value
     return out
 
 

@@ -57,7 +57,8 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
     result = simulate(exp.iter_requests(), alloc, exp.cost_model(), sched,
                       scheme=scheme, progress=progress, keep_steps=keep,
                       num_requests=None if exp.is_trace else exp.num_requests,
-                      on_done=None if on_progress is None else _throttled(on_progress))
+                      on_done=None if on_progress is None else _throttled(on_progress),
+                      max_concurrency=exp.max_concurrency)
     summary = summarize(result)
     if on_progress is not None:
         on_progress(int(summary["num_requests"]), float(summary["sim_time_s"]))

@@ -25,6 +25,7 @@ from ..validate import check_choice
 from .dask_runner import active_runner
 from .metrics import LATENCY_KEYS
 from .run_one import PROGRESS_EVERY_S, KeepArg, run_scheme
+from .serving_report import serving_fields
 from .spec import JSON_KEYS, PARTS, Experiment, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -258,8 +259,21 @@ def json_rows(cmp: Comparison) -> list[dict[str, Any]]:
     extra += tuple(k for k in ("host_cache_gb", *HOST_KEYS) if k in df.columns)  # a tier
     rows = []
     for rec in df.to_dict("records"):
-        rows.append({k: _plain(rec[k]) for k in (*JSON_KEYS, *extra)})
+        row = {k: _plain(rec[k]) for k in (*JSON_KEYS, *extra)}
+        row["benchmark_serving"] = serving_json(cmp.experiment, rec)
+        rows.append(row)
     return rows
+
+
+def serving_json(exp: Experiment, rec: dict[str, Any]) -> dict[str, Any]:
+    """One scheme's benchmark_serving fields under vLLM's result-file names
+    (:mod:`.serving_report`), with the load's ``request_rate`` (``"inf"`` for all at
+    once, as vLLM writes it; None for a trace at its recorded times) and
+    ``max_concurrency`` (None: no limit)."""
+    rate = exp.rate_per_s
+    fields = {k: _plain(v) for k, v in serving_fields(rec).items()}
+    return {"request_rate": None if rate is None else ("inf" if math.isinf(rate) else rate),
+            "max_concurrency": exp.max_concurrency, **fields}
 
 
 def _plain(v: Any) -> Any:

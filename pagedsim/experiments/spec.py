@@ -24,6 +24,13 @@ from ..models.specs import get_gpu, get_model
 from ..units import GiB
 from ..user_files import file_kind
 from ..validate import check_choice, check_int
+from ..workloads.random_dataset import (
+    DEFAULT_RANDOM_INPUT_LEN,
+    DEFAULT_RANDOM_OUTPUT_LEN,
+    check_range_ratio,
+    length_range,
+    random_workload_config,
+)
 from ..workloads.sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
 from ..workloads.traces import ON_TOO_LONG, Trace
 from ..workloads.workload import MAX_NUM_REQUESTS as WORKLOAD_MAX_NUM_REQUESTS
@@ -53,7 +60,8 @@ MAX_POOL_BLOCKS = 1 << 26
 #: Workload kinds the CLI accepts by name (anything else is a trace file path).
 #: The sharing ones (pagedsim.workloads.sharing_workloads) fill prompt_pieces: their prompts share
 #: system prompts, conversation histories or few-shot examples.
-WORKLOAD_NAMES = ("sharegpt", "alpaca", *SHARING_WORKLOAD_NAMES)
+#: ``random`` is benchmark_serving's dataset of fixed lengths (pagedsim.workloads.random_dataset).
+WORKLOAD_NAMES = ("sharegpt", "alpaca", "random", *SHARING_WORKLOAD_NAMES)
 #: Which part of the run a compare table reports: saturated steps, or all of it.
 PARTS = ("saturated", "all")
 #: Keys of one ``--json`` row of ``pagedsim compare`` (more may follow them).
@@ -92,6 +100,14 @@ class Experiment:
     written back at eviction, or also at insertion with ``host_write_through``; its copies
     overlap the compute layer by layer unless ``host_overlap`` is False
     (:mod:`pagedsim.engine.cost`).
+
+    vLLM's engine and benchmark flags: ``max_model_len_tokens`` (``--max-model-len``) is
+    the longest request in tokens in place of the model's context (None: the model's; at
+    most that); ``max_concurrency`` (benchmark_serving's ``--max-concurrency``) lets at
+    most that many requests be in the system at once, the next one sent when one ends
+    (:mod:`pagedsim.engine.concurrency`; None: no limit). The ``random`` workload's
+    lengths: ``random_input_len`` / ``random_output_len`` tokens, each drawn within
+    ``random_range_ratio`` of itself (:mod:`pagedsim.workloads.random_dataset`).
     """
 
     # The memory setting defaults to the paper's (pagedsim.models.budget.PAPER_OPT_13B).
@@ -126,9 +142,14 @@ class Experiment:
     #: name (``paper``, the default: the roofline the paper's figures are reproduced with;
     #: ``vllm``: fitted to public vLLM runs) or a profile file ``pagedsim calibrate`` wrote.
     cost_profile: str = DEFAULT_PROFILE
+    max_model_len_tokens: int | None = None
+    max_concurrency: int | None = None
+    random_input_len: int = DEFAULT_RANDOM_INPUT_LEN
+    random_output_len: int = DEFAULT_RANDOM_OUTPUT_LEN
+    random_range_ratio: float = 0.0
 
     def __post_init__(self) -> None:
-        get_model(self.model)  # unknown presets fail here, before any work
+        model_len = get_model(self.model).max_model_len  # unknown presets fail here
         get_gpu(self.gpu)
         if not self.is_trace:  # synthetic: None means the default (frozen, hence setattr)
             if self.rate_per_s is None:
@@ -143,6 +164,17 @@ class Experiment:
         check_int("block_size", self.block_size, minimum=1)
         check_int("swap_bytes", self.swap_bytes, minimum=0)
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        if self.max_num_batched_tokens is not None:
+            check_int("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
+        if self.max_model_len_tokens is not None:
+            # As vLLM: a shorter context than the model's is allowed, a longer one is not.
+            check_int("max_model_len_tokens", self.max_model_len_tokens, minimum=2)
+            if self.max_model_len_tokens > model_len:
+                raise ValueError(f"max_model_len_tokens must be <= the model's context "
+                                 f"({model_len:,} tokens), got {self.max_model_len_tokens:,}")
+        if self.max_concurrency is not None:
+            check_int("max_concurrency", self.max_concurrency, minimum=1)
+        self._check_random()
         check_choice("preemption", self.preemption, PREEMPTION_MODES)
         check_choice("policy", self.policy, POLICIES)
         check_choice("order", self.order, ORDERS)
@@ -181,6 +213,24 @@ class Experiment:
             raise ValueError(f"cost_profile {self.cost_profile!r}: {err}") from None
         self._check_pool()
 
+    def _check_random(self) -> None:
+        """The random workload's lengths: whole tokens, a ratio in [0, 1), and its longest
+        request within ``max_model_len`` (they are never clipped)."""
+        check_int("random_input_len", self.random_input_len, minimum=1)
+        check_int("random_output_len", self.random_output_len, minimum=1)
+        ratio = check_range_ratio(self.random_range_ratio)
+        if self.workload != "random":
+            return
+        longest_in = length_range(self.random_input_len, ratio)[1]
+        longest_out = length_range(self.random_output_len, ratio)[1]
+        if longest_in + longest_out > self.max_model_len:
+            limit = ("max_model_len_tokens" if self.max_model_len_tokens is not None
+                     else "the model's context")
+            raise ValueError(
+                f"random_input_len + random_output_len must fit {limit} "
+                f"({self.max_model_len:,} tokens): the longest random request has "
+                f"{longest_in:,} + {longest_out:,} tokens")
+
     def _check_pool(self) -> None:
         """The KV pool must exist (kv_budget's checks) and be small enough to simulate."""
         slots = self.capacity_slots()
@@ -198,7 +248,10 @@ class Experiment:
 
     @property
     def max_model_len(self) -> int:
-        """The model's context in tokens (requests are clipped to it)."""
+        """The longest request in tokens: ``max_model_len_tokens`` when set, else the
+        model's context (requests are clipped to it, or rejected above it)."""
+        if self.max_model_len_tokens is not None:
+            return self.max_model_len_tokens
         return get_model(self.model).max_model_len
 
     def capacity_slots(self) -> int:
@@ -222,12 +275,12 @@ class Experiment:
         """The scheduler's limits; the CPU swap pool in slots from ``swap_bytes``; requests
         longer than the model's ``max_model_len`` rejected, in every scheme."""
         model = get_model(self.model)
-        batched = self.max_num_batched_tokens or max(2048, model.max_model_len)
+        batched = self.max_num_batched_tokens or max(2048, self.max_model_len)
         return SchedulerConfig(
             max_num_seqs=self.max_num_seqs, max_num_batched_tokens=batched,
             preemption=self.preemption, seed=self.seed, policy=self.policy, order=self.order,
             cpu_swap_slots=self.swap_bytes // model.bytes_per_token,
-            max_model_len=model.max_model_len,
+            max_model_len=self.max_model_len,
         )
 
     def cost_model(self) -> CostModel:
@@ -251,10 +304,7 @@ class Experiment:
                 return sharing_workload(self.workload, self.num_requests,
                                         float(self.rate_per_s), self.seed,
                                         self.max_model_len, self.n, self.beam_width)
-            return generate_workload(WorkloadConfig(
-                kind=self.workload, num_requests=self.num_requests,
-                rate_per_s=float(self.rate_per_s), seed=self.seed,
-                max_model_len=self.max_model_len, n=self.n, beam_width=self.beam_width))
+            return generate_workload(self._workload_config())
         return self.trace().requests
 
     def iter_requests(self) -> Iterator[Request]:
@@ -268,11 +318,18 @@ class Experiment:
             return stream_replay(self)
         if self.workload in SHARING_WORKLOAD_NAMES:
             return iter(self.requests())
+        return iter_workload(self._workload_config())
+
+    def _workload_config(self) -> WorkloadConfig:
+        """The synthetic workload (not a sharing one) as a :class:`WorkloadConfig`."""
         assert self.num_requests is not None and self.rate_per_s is not None
-        return iter_workload(WorkloadConfig(
-            kind=self.workload, num_requests=self.num_requests,
-            rate_per_s=float(self.rate_per_s), seed=self.seed,
-            max_model_len=self.max_model_len, n=self.n, beam_width=self.beam_width))
+        common = dict(num_requests=self.num_requests, rate_per_s=float(self.rate_per_s),
+                      seed=self.seed, max_model_len=self.max_model_len, n=self.n,
+                      beam_width=self.beam_width)
+        if self.workload == "random":
+            return random_workload_config(self.random_input_len, self.random_output_len,
+                                          self.random_range_ratio, **common)
+        return WorkloadConfig(kind=self.workload, **common)  # type: ignore[arg-type]
 
     def trace(self) -> Trace:
         """The trace this experiment replays, as its runs see it: loaded with
