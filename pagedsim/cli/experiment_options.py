@@ -165,12 +165,14 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
                    help="scheduling policy: v0 (default, the paper's vLLM: a step prefills "
                         "or decodes) or chunked (vLLM v1: decodes first, prompts split "
                         "into chunks that fill the token budget)")
-    p.add_argument("--cost-profile", default="paper", metavar="NAME|FILE",
-                   help="step-time constants: paper (default: the roofline at peak with "
-                        "2 ms a step, as the paper's figures are reproduced), vllm "
-                        "(fitted to public vLLM runs; python -m "
-                        "pagedsim.experiments.validate shows how well) or a profile .json "
-                        "file that pagedsim calibrate wrote")
+    p.add_argument("--cost-profile", default=None, metavar="NAME|FILE",
+                   help="step-time constants: paper (the roofline at peak with 2 ms a "
+                        "step, as the paper's figures are reproduced; the default in the "
+                        "paper's setting and with --preset), vllm (fitted to public vLLM "
+                        "runs, python -m pagedsim.experiments.validate shows how well; "
+                        "the default with --model or --gpu and no --preset, as vLLM's "
+                        "memory defaults are) or a profile .json file that pagedsim "
+                        "calibrate wrote")
     p.add_argument("--order", default="fcfs", choices=ORDERS,
                    help="order of the waiting queue: fcfs (default, arrival order) or lpm "
                         "(SGLang's longest prefix match: the request whose prompt the prefix "
@@ -197,6 +199,15 @@ VLLM_DEFAULTS = BudgetPreset(
     gpu_memory_utilization=BUDGET_UTILIZATION, activation_bytes=BUDGET_ACTIVATION_BYTES,
     weights_bytes=None, source="vLLM's defaults: gpu_memory_utilization 0.9, no "
                                "activation memory (as 'pagedsim budget')")
+
+
+def cost_profile(args: argparse.Namespace) -> str:
+    """``--cost-profile``, else the profile of the setting :func:`memory_setting` chooses:
+    ``paper`` for the paper's setting and a ``--preset``, ``vllm`` (fitted to public
+    vLLM runs) once ``--model`` or ``--gpu`` names a deployment of today's vLLM."""
+    if args.cost_profile is not None:
+        return args.cost_profile
+    return "paper" if args.preset or (args.model is None and args.gpu is None) else "vllm"
 
 
 def memory_setting(args: argparse.Namespace) -> dict[str, object]:
@@ -243,7 +254,7 @@ def experiment(args: argparse.Namespace, workload: str | None = None,
         **memory_setting(args),
         workload=workload, seed=args.seed, n=args.n, beam_width=args.beam_width,
         block_size=args.block_size, preemption=args.preemption or preemption,
-        policy=args.policy, order=args.order, cost_profile=args.cost_profile,
+        policy=args.policy, order=args.order, cost_profile=cost_profile(args),
         swap_bytes=args.swap_gb, on_too_long=args.on_too_long or "clip",
         skip_zero_output=args.skip_zero_output,
     )
@@ -293,7 +304,7 @@ _MEMORY_FLAGS = (("preset", "--preset"), ("model", "--model"), ("gpu", "--gpu"),
 
 #: Defaults of the shared options that are not None (the others are None unless given).
 _SET_DEFAULTS = {"block_size": 16, "n": 1, "beam_width": 1, "seed": 0, "swap_gb": 4 * GiB,
-                 "policy": "v0", "order": "fcfs", "cost_profile": "paper"}
+                 "policy": "v0", "order": "fcfs"}
 
 
 def _given(args: argparse.Namespace, flag: str) -> bool:

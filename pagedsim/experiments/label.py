@@ -2,7 +2,8 @@
 
 Tables, figure footers and the reports print it (``Setting: ...``): the model on its
 GPUs and memory preset, the KV pool, the host tier, the workload, the seed, how a
-preempted request is handled and the scheduling. A sweep names the fields it varies, and
+preempted request is handled, the scheduling, and the step-time constants where they are
+not the paper's roofline. A sweep names the fields it varies, and
 the line says "swept" for them instead of one value. :meth:`Experiment.label
 <pagedsim.experiments.spec.Experiment.label>` is :func:`experiment_label`.
 """
@@ -95,7 +96,9 @@ def experiment_label(exp: Experiment, swept: Sequence[str] = ()) -> str:
                 f"{'overlapped' if exp.host_overlap else 'not overlapped'})")
     return (f"{exp.model} on {gpus}{preset}, {pool}{host}, {wl}{extra}, seed {exp.seed}, "
             f"{pre}, {exp.policy} scheduling"
-            + (f", {exp.order} order" if exp.order != "fcfs" else "") + _engine_text(exp))
+            + (f", {exp.order} order" if exp.order != "fcfs" else "") + _engine_text(exp)
+            + (f", step times: cost profile {os.path.basename(exp.cost_profile)}"
+               if exp.cost_profile != "paper" else ""))
 
 
 def _engine_text(exp: Experiment) -> str:

@@ -253,3 +253,30 @@ def test_help_says_each_default(capsys: pytest.CaptureFixture[str]) -> None:
                    "(default 1,024, benchmark_serving's)", "(default 128,",
                    "inf: every request at t = 0", "--latency"):
         assert phrase in text, phrase
+
+
+@pytest.mark.parametrize(("argv", "profile"), [
+    ((), "paper"),  # the paper's setting
+    (("--model", "llama-3.1-8b", "--gpu", "a100-80gb"), "vllm"),  # a deployment
+    (("--gpu", "h100-80gb"), "vllm"),
+    (("--preset", "paper-opt-13b", "--model", "opt-13b"), "paper"),  # a preset: its own
+    (("--model", "llama-3.1-8b", "--cost-profile", "paper"), "paper"),  # the flag wins
+    (("--cost-profile", "vllm"), "vllm"),
+])
+def test_the_cost_profile_follows_the_memory_setting(argv, profile) -> None:
+    """vLLM's memory defaults and vLLM's timing come together: --model or --gpu without
+    --preset time steps with the profile fitted to public vLLM runs; the paper's setting
+    keeps the paper's roofline; --cost-profile overrides both. The label says so."""
+    exp = _exp(*argv)
+    assert exp.cost_profile == profile
+    assert ("cost profile vllm" in exp.label()) == (profile == "vllm")
+
+
+def test_a_deployment_is_timed_by_the_fitted_profile(capsys) -> None:
+    """The same flags give slower, vLLM-like steps than the roofline at peak."""
+    base = ("--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--num-requests", "40",
+            "--rate", "4")
+    fitted = _rows(capsys, *base)["paged"]["benchmark_serving"]["median_tpot_ms"]
+    roofline = _rows(capsys, *base, "--cost-profile", "paper")["paged"]["benchmark_serving"][
+        "median_tpot_ms"]
+    assert fitted > 1.1 * roofline
