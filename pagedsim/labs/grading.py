@@ -51,6 +51,7 @@ from .mutants import get_mutant
 from .prefork import FIXED_ENV, Prefork
 from .requirements import lab_requirements
 from .results import LabResult, TaskScore
+from .sandbox import unconfinable
 from .signing import KEY_ENV, no_dumps, signed
 
 #: Files of a lab folder that never go into a grading or released copy.
@@ -146,6 +147,11 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
     if not selected:
         raise LabError(f"no task selected; valid: {', '.join(lab.markers)}")
     require_pytest()
+    # A student's code run as root with nothing confining it could read the graders' key
+    # (sandbox.py): refuse before reading it. The reference and mutants are the lab's own.
+    refusal = unconfinable() if path is not None else ""
+    if refusal:
+        raise LabError(refusal)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"pagedsim-lab{lab.id}-") as tmp, \
             tempfile.TemporaryDirectory(prefix=f"pagedsim-student{lab.id}-") as student:
@@ -198,6 +204,7 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         extra = ["-m", " or ".join(t.marker for t in selected)] if tasks is not None else []
         extra += ["-x"] if fail_fast else []
         worker = _worker_config(lab, Path(student), timeout_s)
+        worker["refuse_unconfined"] = path is not None  # the worker's own check, the same
         records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s, extra,
                                     runner, worker)
     return _score(lab, selected, graded, records, note, start)

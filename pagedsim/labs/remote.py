@@ -51,6 +51,8 @@ class Worker:
         self.notes: list[str] = []
         self.output = bytearray()
         self.output_total_bytes = 0
+        #: Why the worker refused to run the student's code (then no other is started).
+        self.refused = ""
         self._proc: subprocess.Popen | None = None
         self._callbacks: dict[int, object] = {}
         self._released: list[int] = []
@@ -67,7 +69,8 @@ class Worker:
         rep_r, rep_w = os.pipe()
         config = {**self.config, "fds": [req_r, rep_w]}
         env = {k: v for k, v in os.environ.items()
-               if k in ("PATH", "LANG", "LC_ALL", "HOME", "PAGEDSIM_LABS_USER", "SYSTEMROOT")}
+               if k in ("PATH", "LANG", "LC_ALL", "HOME", "PAGEDSIM_LABS_USER", "SYSTEMROOT",
+                        "PAGEDSIM_LABS_NO_LANDLOCK")}
         env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=config["folder"],
                    TRITON_CACHE_DIR=str(Path(config["folder"]) / ".triton"))
         self._proc = subprocess.Popen(
@@ -80,6 +83,10 @@ class Worker:
         self._send_fd, self._recv_fd = req_w, rep_r
         threading.Thread(target=self._drain, args=(self._proc.stdout,), daemon=True).start()
         reply = self._wait(self.config["start_limit_s"], "to start")
+        if reply and reply[0] == "refused":  # root without confinement (sandbox.py)
+            self.close()
+            self.refused = str(reply[1])  # and so will every other start: none is tried
+            raise WorkerError(self.refused)
         self.notes = list(reply[1]) if reply and reply[0] == "ready" else []
 
     def _drain(self, stream) -> None:
@@ -127,6 +134,8 @@ class Worker:
     def request(self, op: str, *args: object) -> object:
         if op != "getattr":
             self.reads.clear()
+        if self.refused:
+            raise WorkerError(self.refused)
         if self._proc is None:
             self._start()
         released, self._released = self._released, []
