@@ -25,6 +25,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from .tree import cpu_ticks_below
+
 if TYPE_CHECKING:
     from .remote import Worker
 
@@ -91,32 +93,9 @@ def cpu_seconds() -> float | None:
     if worker.pid is None:
         return None
     try:
-        return _descendants_ticks(os.getpid()) / os.sysconf("SC_CLK_TCK")
+        return cpu_ticks_below(os.getpid()) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _descendants_ticks(root: int) -> int:
-    """utime + stime + cutime + cstime of every process below ``root`` (clock ticks)."""
-    children: dict[int, list[int]] = {}
-    ticks: dict[int, int] = {}
-    for path in os.listdir("/proc"):
-        if not path.isdigit():
-            continue
-        try:
-            with open(f"/proc/{path}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # the name may hold spaces
-        except OSError:  # ended meanwhile
-            continue
-        pid = int(path)
-        children.setdefault(int(fields[1]), []).append(pid)
-        ticks[pid] = sum(int(fields[i]) for i in (11, 12, 13, 14))
-    total, stack = 0, list(children.get(root, ()))
-    while stack:
-        pid = stack.pop()
-        total += ticks[pid]
-        stack += children.get(pid, ())
-    return total
 
 
 def list_scan_seconds(num_blocks: int, scans: int) -> float:

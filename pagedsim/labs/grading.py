@@ -63,6 +63,8 @@ MAX_TIMEOUT_S = 86_400.0
 #: stopped (that test fails, the next starts a fresh process); and its data memory.
 CALL_LIMIT_S = 120.0
 WORKER_MEMORY_BYTES = 4 * 2**30
+#: Bytes the files under the worker's folder may hold together.
+WORKER_DISK_BYTES = 256 * 2**20
 #: Bytes of pytest's own output kept (its end) to explain a run that went wrong.
 _LOG_TAIL_BYTES = 64 * 2**10
 #: Environment variables of the calling process that would change how the graders' pytest
@@ -258,7 +260,7 @@ def _worker_config(lab: LabInfo, folder: Path, timeout_s: float) -> dict:
     return {"folder": str(folder), "modules": list(lab.remote_modules),
             "preload": ["pagedsim"] + (["torch", "triton"] if kernels else []),
             "forbidden": list(lab.forbidden_imports), "given": list(lab.given_modules),
-            "memory_bytes": WORKER_MEMORY_BYTES,
+            "memory_bytes": WORKER_MEMORY_BYTES, "disk_bytes": WORKER_DISK_BYTES,
             "cpu_s": math.ceil(timeout_s) + 10, "call_limit_s": min(timeout_s, CALL_LIMIT_S),
             "start_limit_s": min(timeout_s, CALL_LIMIT_S)}
 

@@ -7,7 +7,10 @@ measure saying whether it applied (the grader prints them with ``--verbose`` and
 1. resource limits: address space for data (``RLIMIT_DATA``), CPU seconds, the size of a
    file written, no core files;
 2. no network: a network namespace of its own (:func:`_no_network`; without root, inside
-   a user namespace, where the kernel allows them);
+   a user namespace, where the kernel allows them); and a PID namespace of its own
+   (:func:`_own_processes`): the worker forks into it as its first process, so that
+   when it ends, by itself or killed, the kernel ends every process it started, however
+   often they re-fork or whichever session they move to;
 3. Landlock (Linux >= 5.13, unprivileged): the process may read only Python's own files,
    the installed packages and pagedsim's modules that the lab does not forbid, and write
    only in its own folder; no TCP (Landlock ABI >= 4); no signals to, nor ptrace of,
@@ -47,7 +50,7 @@ _WRITE_FILE = 1 << 1
 _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same on x86-64 and arm64
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
-_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
 
 
 class Unconfined(RuntimeError):
@@ -93,6 +96,7 @@ def confine(workdir: Path, memory_bytes: int, cpu_s: int, forbidden: tuple[str, 
     if isinstance(user, pwd.struct_passwd):
         os.chown(workdir, user.pw_uid, user.pw_gid)
     notes.append(_no_network())  # before Landlock, which would refuse /proc/self/uid_map
+    notes.append(_own_processes())  # a fork: what follows applies to the namespace's first
     notes.append(_landlock(workdir, forbidden))
     if refuse_unconfined and not isinstance(user, pwd.struct_passwd) and os.geteuid() == 0 \
             and not notes[-1].startswith("Landlock ABI"):
@@ -136,6 +140,48 @@ def _no_network() -> str:
                     f"mapped inside: {exc.strerror})")
         return "network: none (user and network namespaces of its own)"
     return "network: none (a network namespace of its own)"
+
+
+def _own_processes() -> str:
+    """Fork into a PID namespace of its own (the child returns; this process stays behind
+    as a relay that waits for it and exits with its status). The child is the namespace's
+    first process: when it ends, the kernel kills every process left in the namespace,
+    which none of them can leave. As root directly; without root, inside the user
+    namespace :func:`_no_network` made."""
+    if not sys.platform.startswith("linux"):
+        return "processes: not Linux, what the worker starts may outlive it"
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(ctypes.c_int(_CLONE_NEWPID)) != 0:
+            return (f"processes: no PID namespace (unshare refused, errno "
+                    f"{ctypes.get_errno()}), what the worker starts may outlive it")
+    except (OSError, AttributeError):
+        return "processes: no PID namespace (no unshare), what the worker starts may outlive it"
+    child = os.fork()
+    if child:
+        _relay(child)
+    return "processes: a PID namespace of its own, all of it ends with the worker"
+
+
+def _relay(child: int) -> None:
+    """The process left outside the namespace: it holds none of the worker's channels
+    (else the grader would wait on a dead worker's pipe) and ends with it (never
+    returns)."""
+    _die_with_parent()  # the grader's process: its end ends this one, and so the namespace
+    os.closerange(3, _max_fd())
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+        os._exit(os.waitstatus_to_exitcode(status) % 256)
+
+
+def _max_fd() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if 0 < soft < 2**20 else 2**20
 
 
 def _limits(memory_bytes: int, cpu_s: int, file_bytes: int) -> str:
