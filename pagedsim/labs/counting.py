@@ -90,7 +90,7 @@ def cpu_seconds() -> float | None:
     worker = _worker()
     if worker is None:
         return time.process_time()
-    if worker.pid is None:
+    if worker.pid is None or not os.path.isdir("/proc"):  # macOS: no /proc to read
         return None
     try:
         return cpu_ticks_below(os.getpid()) / os.sysconf("SC_CLK_TCK")
