@@ -126,7 +126,7 @@ def _kill(pids: list[int]) -> None:
             pass
 
 
-@pytest.mark.parametrize("hang_s", [0, 600])
+@pytest.mark.parametrize("hang_s", [0, pytest.param(600, marks=pytest.mark.slow)])
 def test_a_sleeper_and_a_reforker_end_with_the_grade(tmp_path: Path, hang_s: float) -> None:
     """hang_s 0: the run ends normally; 600: the graders are stopped at 15 s."""
     tag = f"pgs{uuid.uuid4().hex[:12]}"  # comm: 15 characters at most
