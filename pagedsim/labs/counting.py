@@ -11,7 +11,8 @@ queue is slow, but when graded the blocks live in the student's process
 the blocks' comparisons back to ``int``.
 
 So the graders then check what the operating system counts: :func:`cpu_seconds`, the CPU
-time of the student's process, read from ``/proc`` by the graders' own process. Removing
+time of the student's processes (the worker and all it started), read from ``/proc`` by
+the graders' own process. Removing
 the last blocks of a long queue (and appending them again) must cost that process far
 less than the list scans such removals would take, which :func:`list_scan_seconds`
 measures here, in the graders' process, on the same machine (so the bound follows the
@@ -23,6 +24,8 @@ from __future__ import annotations
 import os
 import time
 from typing import TYPE_CHECKING
+
+from .tree import cpu_ticks_below
 
 if TYPE_CHECKING:
     from .remote import Worker
@@ -74,20 +77,24 @@ def comparisons() -> int:
 
 
 def cpu_seconds() -> float | None:
-    """CPU seconds used so far by the process that runs the student's code, its threads
-    and its waited-for children included, as Linux counts them (``/proc/<pid>/stat``, in
-    clock ticks of 10 ms); this process's own when the student's code runs here. None
-    where it cannot be read (not Linux, or no worker started yet)."""
+    """CPU seconds used so far by the processes that run the student's code, as Linux
+    counts them (``/proc/<pid>/stat``, in clock ticks of 10 ms): every descendant of this
+    process, each with its threads and the children it waited for; this process's own
+    when the student's code runs here. None where it cannot be read (not Linux, or no
+    worker started yet).
+
+    Every descendant, not the worker alone: a helper the worker forks and never waits for
+    spends its time in no ``cutime`` of the worker (a list scanned there passed the lab 5
+    check). A helper orphaned from the worker still counts: the graders' process is a
+    child subreaper (:mod:`pagedsim.labs.plugin`), so it becomes a child of this one."""
     worker = _worker()
     if worker is None:
         return time.process_time()
-    pid = worker.pid
+    if worker.pid is None or not os.path.isdir("/proc"):  # macOS: no /proc to read
+        return None
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        # utime, stime, cutime, cstime (the name, in parentheses, may hold spaces).
-        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
+        return cpu_ticks_below(os.getpid()) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
         return None
 
 

@@ -51,6 +51,7 @@ from .mutants import get_mutant
 from .prefork import FIXED_ENV, Prefork
 from .requirements import lab_requirements
 from .results import LabResult, TaskScore
+from .sandbox import unconfinable
 from .signing import KEY_ENV, no_dumps, signed
 
 #: Files of a lab folder that never go into a grading or released copy.
@@ -62,6 +63,8 @@ MAX_TIMEOUT_S = 86_400.0
 #: stopped (that test fails, the next starts a fresh process); and its data memory.
 CALL_LIMIT_S = 120.0
 WORKER_MEMORY_BYTES = 4 * 2**30
+#: Bytes the files under the worker's folder may hold together.
+WORKER_DISK_BYTES = 256 * 2**20
 #: Bytes of pytest's own output kept (its end) to explain a run that went wrong.
 _LOG_TAIL_BYTES = 64 * 2**10
 #: Environment variables of the calling process that would change how the graders' pytest
@@ -146,6 +149,11 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
     if not selected:
         raise LabError(f"no task selected; valid: {', '.join(lab.markers)}")
     require_pytest()
+    # A student's code run as root with nothing confining it could read the graders' key
+    # (sandbox.py): refuse before reading it. The reference and mutants are the lab's own.
+    refusal = unconfinable() if path is not None else ""
+    if refusal:
+        raise LabError(refusal)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"pagedsim-lab{lab.id}-") as tmp, \
             tempfile.TemporaryDirectory(prefix=f"pagedsim-student{lab.id}-") as student:
@@ -198,6 +206,7 @@ def grade(lab_id: int, path: Path | str | None = None, mutant: str | None = None
         extra = ["-m", " or ".join(t.marker for t in selected)] if tasks is not None else []
         extra += ["-x"] if fail_fast else []
         worker = _worker_config(lab, Path(student), timeout_s)
+        worker["refuse_unconfined"] = path is not None  # the worker's own check, the same
         records, note = _run_pytest(lab, work, Path(tmp) / "results.jsonl", timeout_s, extra,
                                     runner, worker)
     return _score(lab, selected, graded, records, note, start)
@@ -251,7 +260,7 @@ def _worker_config(lab: LabInfo, folder: Path, timeout_s: float) -> dict:
     return {"folder": str(folder), "modules": list(lab.remote_modules),
             "preload": ["pagedsim"] + (["torch", "triton"] if kernels else []),
             "forbidden": list(lab.forbidden_imports), "given": list(lab.given_modules),
-            "memory_bytes": WORKER_MEMORY_BYTES,
+            "memory_bytes": WORKER_MEMORY_BYTES, "disk_bytes": WORKER_DISK_BYTES,
             "cpu_s": math.ceil(timeout_s) + 10, "call_limit_s": min(timeout_s, CALL_LIMIT_S),
             "start_limit_s": min(timeout_s, CALL_LIMIT_S)}
 

@@ -28,9 +28,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 
+from . import tree
 from .answers import WorkerError, exception, tensor
 from .guard import BOOT
 from .live import LIVE, LiveMixin
@@ -38,6 +40,8 @@ from .wire import WireError, recv, safe_loads, send
 
 #: Bytes of the student's printed output kept (the rest is counted, then dropped).
 OUTPUT_CAP_BYTES = 64 * 2**10
+#: Seconds between two looks at what the worker's whole process tree uses.
+WATCH_PERIOD_S = 0.25
 _CALLABLES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType)
 
 
@@ -51,6 +55,10 @@ class Worker:
         self.notes: list[str] = []
         self.output = bytearray()
         self.output_total_bytes = 0
+        #: Why the worker refused to run the student's code (then no other is started).
+        self.refused = ""
+        #: Why the watch of the worker's tree stopped it ("" while it has not).
+        self.stopped_why = ""
         self._proc: subprocess.Popen | None = None
         self._callbacks: dict[int, object] = {}
         self._released: list[int] = []
@@ -67,7 +75,8 @@ class Worker:
         rep_r, rep_w = os.pipe()
         config = {**self.config, "fds": [req_r, rep_w]}
         env = {k: v for k, v in os.environ.items()
-               if k in ("PATH", "LANG", "LC_ALL", "HOME", "PAGEDSIM_LABS_USER", "SYSTEMROOT")}
+               if k in ("PATH", "LANG", "LC_ALL", "HOME", "PAGEDSIM_LABS_USER", "SYSTEMROOT",
+                        "PAGEDSIM_LABS_NO_LANDLOCK")}
         env.update(PYTHONDONTWRITEBYTECODE="1", TMPDIR=config["folder"],
                    TRITON_CACHE_DIR=str(Path(config["folder"]) / ".triton"))
         self._proc = subprocess.Popen(
@@ -79,7 +88,13 @@ class Worker:
         os.close(rep_w)
         self._send_fd, self._recv_fd = req_w, rep_r
         threading.Thread(target=self._drain, args=(self._proc.stdout,), daemon=True).start()
+        self.stopped_why = ""
+        threading.Thread(target=self._watch, args=(self._proc,), daemon=True).start()
         reply = self._wait(self.config["start_limit_s"], "to start")
+        if reply and reply[0] == "refused":  # root without confinement (sandbox.py)
+            self.close()
+            self.refused = str(reply[1])  # and so will every other start: none is tried
+            raise WorkerError(self.refused)
         self.notes = list(reply[1]) if reply and reply[0] == "ready" else []
 
     def _drain(self, stream) -> None:
@@ -91,6 +106,39 @@ class Worker:
             room = OUTPUT_CAP_BYTES - len(self.output)
             if room > 0:
                 self.output += chunk[:room]
+
+    def _watch(self, proc: subprocess.Popen) -> None:
+        """Every :data:`WATCH_PERIOD_S`, what the worker's whole tree uses
+        (:mod:`pagedsim.labs.tree`); past a limit, the tree is killed (the call under way
+        then fails, saying why) and the watch ends with it."""
+        if not sys.platform.startswith("linux"):
+            return
+        folder = self.config["folder"]
+        memory_bytes, cpu_s = self.config["memory_bytes"], self.config["cpu_s"]
+        disk_bytes = self.config["disk_bytes"]
+        while proc.poll() is None:
+            time.sleep(WATCH_PERIOD_S)
+            used = tree.usage(proc.pid)
+            disk = tree.folder_bytes(folder)
+            why = ""
+            if used.memory_bytes > memory_bytes:
+                why = (f"your code's processes ({used.processes}) held "
+                       f"{used.memory_bytes / 2**30:.2f} GiB of memory together, over the "
+                       f"limit of {memory_bytes / 2**30:g} GiB, and were stopped")
+            elif used.cpu_s > cpu_s:
+                why = (f"your code's processes used {used.cpu_s:.0f} s of CPU together, over "
+                       f"the limit of {cpu_s} s, and were stopped")
+            elif disk < 0 or disk > disk_bytes:
+                why = ("your code wrote " + (f"more than {tree.MAX_ENTRIES:,} files" if disk < 0
+                                             else f"{disk / 2**20:.0f} MiB of files")
+                       + f", over the limit of {disk_bytes / 2**20:g} MiB, and was stopped")
+            if why and proc.poll() is None:
+                self.stopped_why = why
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                return
 
     @property
     def pid(self) -> int | None:
@@ -119,6 +167,8 @@ class Worker:
         proc = self._proc
         self.close()
         status = proc.returncode if proc is not None else None
+        if self.stopped_why:  # the watch above: say which limit
+            return WorkerError(self.stopped_why)
         how = (f"killed by signal {-status}" if status is not None and status < 0
                else f"exit status {status}")
         return WorkerError(f"your code's process ended {what} ({how})")
@@ -127,6 +177,8 @@ class Worker:
     def request(self, op: str, *args: object) -> object:
         if op != "getattr":
             self.reads.clear()
+        if self.refused:
+            raise WorkerError(self.refused)
         if self._proc is None:
             self._start()
         released, self._released = self._released, []

@@ -7,7 +7,10 @@ measure saying whether it applied (the grader prints them with ``--verbose`` and
 1. resource limits: address space for data (``RLIMIT_DATA``), CPU seconds, the size of a
    file written, no core files;
 2. no network: a network namespace of its own (:func:`_no_network`; without root, inside
-   a user namespace, where the kernel allows them);
+   a user namespace, where the kernel allows them); and a PID namespace of its own
+   (:func:`_own_processes`): the worker forks into it as its first process, so that
+   when it ends, by itself or killed, the kernel ends every process it started, however
+   often they re-fork or whichever session they move to;
 3. Landlock (Linux >= 5.13, unprivileged): the process may read only Python's own files,
    the installed packages and pagedsim's modules that the lab does not forbid, and write
    only in its own folder; no TCP (Landlock ABI >= 4); no signals to, nor ptrace of,
@@ -17,6 +20,13 @@ measure saying whether it applied (the grader prints them with ``--verbose`` and
    unprivileged user (``$PAGEDSIM_LABS_USER``, default ``nobody``), so that it cannot
    write the results nor read files only root may read; skipped, and said so, when no such
    user exists or Python's own files are not readable by it.
+
+Root that stays root without Landlock confines nothing that matters: with its
+capabilities it reads any process's memory and original environment block through
+``/proc`` (non-dumpable does not stop root), ptraces the graders and writes pagedsim's own
+files. :func:`unconfinable` says so before grading a submission (grading then refuses with
+that line), and :func:`confine` raises :class:`Unconfined` in the worker itself should it
+find itself so, before any of the student's code is imported.
 """
 
 from __future__ import annotations
@@ -30,6 +40,9 @@ import sys
 from pathlib import Path
 
 USER_ENV = "PAGEDSIM_LABS_USER"
+#: Set to 1 to treat this kernel as one without Landlock: the tests simulate such a kernel
+#: so, and an instructor can see what grading would do on one.
+NO_LANDLOCK_ENV = "PAGEDSIM_LABS_NO_LANDLOCK"
 _FS_V1 = (1 << 13) - 1  # EXECUTE ... MAKE_SYM
 _READ_FILE = (1 << 0) | (1 << 2)  # EXECUTE | READ_FILE
 _READ_DIR = _READ_FILE | (1 << 3)  # ... | READ_DIR
@@ -37,18 +50,58 @@ _WRITE_FILE = 1 << 1
 _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same on x86-64 and arm64
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
-_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
+_CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
+
+
+class Unconfined(RuntimeError):
+    """The worker runs as root, could not become an unprivileged user and has no Landlock:
+    nothing keeps the graded code from the graders (its message: one line saying why)."""
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (>= 1), or -1 where there is none (not Linux, an
+    older kernel, a seccomp filter refusing the call, or ``$PAGEDSIM_LABS_NO_LANDLOCK``)."""
+    if not sys.platform.startswith("linux") or os.environ.get(NO_LANDLOCK_ENV, "") not in (
+            "", "0"):
+        return -1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+    except (OSError, AttributeError):
+        return -1
+
+
+def unconfinable() -> str:
+    """Why a worker started from this process could not be kept from the graders ("" if it
+    can): root that can become no unprivileged user, on a kernel without Landlock."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return ""  # another user: the graders' processes are non-dumpable (signing.py)
+    user = _user_to_become()
+    if isinstance(user, pwd.struct_passwd) or landlock_abi() >= 1:
+        return ""
+    return (f"refusing to grade: {user.split(': stays root')[0]}, and this kernel has no "
+            "Landlock, so the graded code would run as root and could read the graders' key "
+            "and results path through /proc or ptrace them; install Python where every user "
+            f"can read it, set ${USER_ENV} to a user that can, or use a kernel with Landlock")
 
 
 def confine(workdir: Path, memory_bytes: int, cpu_s: int, forbidden: tuple[str, ...],
-            file_bytes: int = 64 * 2**20) -> list[str]:
-    """Confine this process (see the module docstring); one line per measure."""
+            file_bytes: int = 64 * 2**20, refuse_unconfined: bool = False) -> list[str]:
+    """Confine this process (see the module docstring); one line per measure.
+
+    With ``refuse_unconfined`` (a student's code is next), raise :class:`Unconfined` when
+    the process stays root without Landlock."""
     notes = [_limits(memory_bytes, cpu_s, file_bytes)]
     user = _user_to_become()
     if isinstance(user, pwd.struct_passwd):
         os.chown(workdir, user.pw_uid, user.pw_gid)
     notes.append(_no_network())  # before Landlock, which would refuse /proc/self/uid_map
+    notes.append(_own_processes())  # a fork: what follows applies to the namespace's first
     notes.append(_landlock(workdir, forbidden))
+    if refuse_unconfined and not isinstance(user, pwd.struct_passwd) and os.geteuid() == 0 \
+            and not notes[-1].startswith("Landlock ABI"):
+        raise Unconfined(f"refusing to run the graded code: {user.split(': stays root')[0]}, "
+                         f"and {notes[-1]}")
     if isinstance(user, pwd.struct_passwd):
         os.setgroups([])
         os.setgid(user.pw_gid)
@@ -87,6 +140,48 @@ def _no_network() -> str:
                     f"mapped inside: {exc.strerror})")
         return "network: none (user and network namespaces of its own)"
     return "network: none (a network namespace of its own)"
+
+
+def _own_processes() -> str:
+    """Fork into a PID namespace of its own (the child returns; this process stays behind
+    as a relay that waits for it and exits with its status). The child is the namespace's
+    first process: when it ends, the kernel kills every process left in the namespace,
+    which none of them can leave. As root directly; without root, inside the user
+    namespace :func:`_no_network` made."""
+    if not sys.platform.startswith("linux"):
+        return "processes: not Linux, what the worker starts may outlive it"
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(ctypes.c_int(_CLONE_NEWPID)) != 0:
+            return (f"processes: no PID namespace (unshare refused, errno "
+                    f"{ctypes.get_errno()}), what the worker starts may outlive it")
+    except (OSError, AttributeError):
+        return "processes: no PID namespace (no unshare), what the worker starts may outlive it"
+    child = os.fork()
+    if child:
+        _relay(child)
+    return "processes: a PID namespace of its own, all of it ends with the worker"
+
+
+def _relay(child: int) -> None:
+    """The process left outside the namespace: it holds none of the worker's channels
+    (else the grader would wait on a dead worker's pipe) and ends with it (never
+    returns)."""
+    _die_with_parent()  # the grader's process: its end ends this one, and so the namespace
+    os.closerange(3, _max_fd())
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+        os._exit(os.waitstatus_to_exitcode(status) % 256)
+
+
+def _max_fd() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return soft if 0 < soft < 2**20 else 2**20
 
 
 def _limits(memory_bytes: int, cpu_s: int, file_bytes: int) -> str:
@@ -149,11 +244,8 @@ class _PathBeneath(ctypes.Structure):
 def _landlock(workdir: Path, forbidden: tuple[str, ...]) -> str:
     if not sys.platform.startswith("linux"):
         return "Landlock: not Linux, the worker may read and write what its user may"
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        abi = libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    except (OSError, AttributeError):
-        abi = -1
+    abi = landlock_abi()
+    libc = ctypes.CDLL(None, use_errno=True)
     if abi < 1:
         return ("Landlock: not available on this kernel, the worker may read and write "
                 "what its user may")

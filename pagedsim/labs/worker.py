@@ -239,10 +239,16 @@ def main() -> None:
         except ImportError:
             pass
     block_forbidden(tuple(config["forbidden"]))
-    from .sandbox import confine
+    from .sandbox import Unconfined, confine
 
     workdir = Path.cwd().resolve()
-    notes = confine(workdir, config["memory_bytes"], config["cpu_s"], tuple(config["forbidden"]))
+    try:
+        notes = confine(workdir, config["memory_bytes"], config["cpu_s"],
+                        tuple(config["forbidden"]),
+                        refuse_unconfined=bool(config.get("refuse_unconfined")))
+    except Unconfined as exc:  # before the student's code is imported: none of it runs
+        send(REPLIES_FD, pickle.dumps(("refused", str(exc)), protocol=4))
+        os._exit(3)
     sys.path.insert(0, str(workdir))
     send(REPLIES_FD, pickle.dumps(("ready", notes), protocol=4))
     try:

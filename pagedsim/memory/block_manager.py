@@ -27,6 +27,7 @@ of decode steps at once are :mod:`.decode_runs`'.
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -336,7 +337,30 @@ class BlockManager:
         if type(seq_ids) is not list:
             seq_ids = list(seq_ids)
         distinct_ids(seq_ids)  # refused: a repeat (a second append is another count)
-        return self.append_blocks_needed(seq_ids) <= self.pool.get_num_free_blocks()
+        if self.append_blocks_needed(seq_ids) <= self.pool.get_num_free_blocks():
+            return True
+        # With dedup, an append that fills a block may give it back (its content is cached
+        # already), making room for a later append of the group: the count cannot see
+        # that (nor which cached block a take evicts first), so its "no" is checked by
+        # doing the appends on a copy. Rare: memory short and a block filled this step.
+        return self.dedup and self._fills_a_block(seq_ids) and self._appends_fit(seq_ids)
+
+    def _fills_a_block(self, seq_ids: list[SeqId]) -> bool:
+        """Does the append of one of ``seq_ids`` fill its (hashed) last block?"""
+        bs = self.block_size
+        return any(seq.block_hashes is not None and seq.num_tokens % bs == bs - 1
+                   for seq in map(self._get, seq_ids))
+
+    def _appends_fit(self, seq_ids: list[SeqId]) -> bool:
+        """Do one append for each of ``seq_ids``, in order, all succeed (tried on a deep
+        copy of this manager and its pool; this one is left as it is)?"""
+        trial = copy.deepcopy(self)
+        try:
+            for seq_id in seq_ids:
+                trial.append_slot(seq_id)
+        except OutOfMemoryError:
+            return False
+        return True
 
     def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
         """Whether ``num_tokens`` more tokens fit (a shared partial last block is copied)."""

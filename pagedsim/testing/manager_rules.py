@@ -4,7 +4,9 @@ Mixed into :class:`~pagedsim.testing.allocator_machine.FullAllocatorMachine`, so
 registered scheme (``tests/memory/test_allocator_state.py``) is driven through
 :class:`~pagedsim.memory.kv_cache_manager.KVCacheManager` as the scheduler drives it:
 a ``None`` answer must leave the snapshot equal; a grant must hand out the slots the
-allocator maps the new tokens to, and its copies must keep the model of the K/V right.
+allocator maps the new tokens to, and its copies must keep the model of the K/V right;
+``as_many_as_fit`` grows a prefix of its group, and a group with a swapped-out or unknown
+id is refused and changes nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +63,39 @@ class ManagerRules:
                 value = self._value()
                 self.mem[slot] = value
                 self.tokens[s].append(value)
+
+    @precondition(lambda self: self.tokens or self.swapped)
+    @rule(data=st.data(), bad=st.sampled_from(["", "", "swapped", "unknown"]))
+    def manager_grows_as_many_as_fit(self, data, bad):
+        """``as_many_as_fit``: one token each, in order, while each fits (never None). A
+        group holding an id that is no running sequence (a swapped-out one, or unknown)
+        is refused with ``ValueError`` and changes nothing, with and without it."""
+        seqs = data.draw(st.lists(st.sampled_from(sorted(self.tokens)), max_size=3,
+                                  unique=True) if self.tokens else st.just([]))
+        if bad == "swapped" and self.swapped:
+            moved = self.swapped[data.draw(st.integers(0, len(self.swapped) - 1))][2]
+            seqs.insert(data.draw(st.integers(0, len(seqs))), next(iter(moved)))
+        elif bad == "unknown":
+            seqs.insert(data.draw(st.integers(0, len(seqs))), -99)
+        if not seqs:
+            return
+        kv = self._kv()
+        if bad and not set(seqs) <= set(self.tokens):
+            for fit in (True, False):
+                self._expect_failure(
+                    lambda fit=fit: kv.allocate_slots(seqs, 1, as_many_as_fit=fit), ValueError)
+            return
+        grant = kv.allocate_slots(seqs, 1, as_many_as_fit=True)
+        assert grant is not None, "as_many_as_fit answered None"
+        done = len(grant.slots)
+        if done < len(seqs):  # it stopped at the first that did not fit
+            assert not self.alloc.can_append_all([seqs[done]])
+        apply_copies(self.mem, self.mem, grant.copies)
+        for s, slot in zip(seqs, grant.slots, strict=False):
+            assert slot == self.alloc.slot_of(s, len(self.tokens[s]))
+            value = self._value()
+            self.mem[slot] = value
+            self.tokens[s].append(value)
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), cpu_free_slots=st.integers(0, 64))

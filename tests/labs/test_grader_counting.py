@@ -58,6 +58,101 @@ class FreeQueue(FreeQueue):
 '''
 
 
+#: The same list-backed queue, its list kept in a forked helper process the worker never
+#: waits for (whose CPU time no ``cutime`` of the worker holds), fed plain ints through a
+#: pipe (so no counted block id is ever compared).
+HELPER_CHEAT = '''
+import os as _os
+
+
+def _int8(value):
+    return int(value).to_bytes(8, "little", signed=True)
+
+
+class FreeQueue(FreeQueue):
+    """A list in a helper process: remove scans it there (O(n)), out of the worker."""
+
+    def __init__(self, blocks):
+        blocks = [int(b) for b in blocks]  # plain ints: no comparison is counted
+        self._n = len(blocks)
+        requests, replies = _os.pipe(), _os.pipe()
+        if _os.fork() == 0:
+            incoming = _os.fdopen(requests[0], "rb")
+            outgoing = _os.fdopen(replies[1], "wb", buffering=0)
+            while True:
+                message = incoming.read(9)
+                if len(message) < 9:
+                    _os._exit(0)
+                block = int.from_bytes(message[1:], "little", signed=True)
+                if message[:1] == b"r":
+                    blocks.remove(block)
+                elif message[:1] == b"a":
+                    blocks.append(block)
+                else:
+                    outgoing.write(_int8(blocks.pop(0)))
+        _os.close(requests[0])
+        _os.close(replies[1])
+        self._to = _os.fdopen(requests[1], "wb", buffering=0)
+        self._from = _os.fdopen(replies[0], "rb")
+
+    def __len__(self):
+        return self._n
+
+    def popleft(self):
+        self._to.write(b"p" + _int8(0))
+        self._n -= 1
+        return int.from_bytes(self._from.read(8), "little", signed=True)
+
+    def append(self, block):
+        self._to.write(b"a" + _int8(block))
+        self._n += 1
+
+    def remove(self, block):
+        self._to.write(b"r" + _int8(block))
+        self._n -= 1
+'''
+
+#: A list-backed queue of plain ints, in the worker: it dodges the count (nothing counted
+#: is compared), not the CPU time.
+PLAIN_INT_CHEAT = '''
+class FreeQueue(FreeQueue):
+    """A list of plain ints: remove scans it (O(n)) with no counted comparison."""
+
+    def __init__(self, blocks):
+        self._blocks = [int(b) for b in blocks]
+
+    def __len__(self):
+        return len(self._blocks)
+
+    def popleft(self):
+        return self._blocks.pop(0)
+
+    def append(self, block):
+        self._blocks.append(int(block))
+
+    def remove(self, block):
+        self._blocks.remove(int(block))
+'''
+
+
+def _submission(root: Path, cheat_text: str) -> Path:
+    folder = root / "lab5_prefix"
+    folder.mkdir(parents=True)
+    starter = stripped_files(get_lab(5, LAB_DIR))["prefix_lab.py"]
+    (folder / "prefix_lab.py").write_text(starter + "\n" + cheat_text, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("which", ["helper", "plain-int"])
+def test_a_list_out_of_sight_fails_the_constant_time_test(which: str, tmp_path: Path) -> None:
+    """A list scanned in a forked helper, or compared as plain ints, fails on the CPU time
+    of the worker's whole process tree (the helper's included)."""
+    text = HELPER_CHEAT if which == "helper" else PLAIN_INT_CHEAT
+    result = grade(5, path=_submission(tmp_path, text), labs_dir=LAB_DIR, tasks=["lab5_2"])
+    line = _constant_time_test(result)
+    assert "of CPU" in line and "not O(1)" in line, result.table()
+
+
 @pytest.fixture(scope="module")
 def cheat(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A submission folder holding the cheat."""
