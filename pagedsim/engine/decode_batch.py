@@ -72,8 +72,8 @@ def decode_running(running: list[SequenceGroup], kv: KVCacheManager, plan: StepP
         kv_tokens = last.kv_tokens + len(seq_ids)
     else:
         seq_ids, rids, lone, kv_tokens = [], None, True, 0
-        for group in running:
-            if group.prefill_left:
+        for group in running:  # (prefill_left as a comparison: this loop runs every step)
+            if group.prefill_end_tokens > group.num_computed_tokens:
                 return BatchDecode(0, budget, last, False)  # a chunk runs: the plain path
             if len(group.seq_ids) != 1:
                 lone = False
@@ -107,7 +107,7 @@ def decode_lone_front(queue: Sequence[SequenceGroup], kv: KVCacheManager, plan: 
     takes off it) and the budget left. Fewer than two such groups: none run here."""
     run: list[SequenceGroup] = []
     for group in queue:
-        if (group.prefill_left or len(group.seq_ids) != 1
+        if (group.prefill_end_tokens > group.num_computed_tokens or len(group.seq_ids) != 1
                 or budget is not None and len(run) >= budget):
             break
         run.append(group)

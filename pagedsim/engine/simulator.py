@@ -378,8 +378,10 @@ def simulate(
         for rid in starts:
             first_end[rid] = now
         # Who sampled a token in this step: the decodes and the prefills that ended.
-        gaps.step([*plan.decode_request_ids,
-                   *dict.fromkeys(p.request_id for p in plan.prefills if p.last)], now)
+        sampled = plan.decode_request_ids
+        if plan.prefills:
+            sampled = [*sampled, *dict.fromkeys(p.request_id for p in plan.prefills if p.last)]
+        gaps.step(sampled, now)
         if plan.finished or plan.rejected:
             if plan.finished:
                 forget(plan.finished, now)

@@ -33,24 +33,35 @@ import numpy as np
 class TokenGaps:
     """The ITLs of a run, in seconds, as (gap, count) pairs; fed by the simulator."""
 
-    __slots__ = ("_last_s", "_gaps_s", "_counts")
+    __slots__ = ("_last_s", "_gaps_s", "_counts", "_run_ids", "_run_end_s")
 
     def __init__(self) -> None:
         self._last_s: dict[int, float] = {}  # request id -> when its last token came out
         self._gaps_s = array("d")
         self._counts = array("q")
+        # The requests of the last step recorded, whose last token came out at _run_end_s:
+        # kept as that list and written into _last_s only when a step's requests differ,
+        # since most steps sample the same requests as the one before (then every gap is
+        # the same, and the step costs one comparison, not a dictionary write a request).
+        self._run_ids: list[int] = []
+        self._run_end_s = 0.0
 
     def step(self, request_ids: Iterable[int], end_s: float) -> None:
         """``request_ids`` each sampled a token in a step that ended at ``end_s``."""
-        # Whole-list operations (C loops): this runs at every step of a run.
-        rids = list(request_ids)
-        last = self._last_s
-        tally = Counter(map(last.get, rids))  # when each had its last token -> how many
-        last.update(dict.fromkeys(rids, end_s))
-        for prev, count in tally.items():
+        rids = request_ids if type(request_ids) is list else list(request_ids)
+        if rids == self._run_ids:  # the last step's requests again: one gap, n times
+            if rids:
+                self._gaps_s.append(end_s - self._run_end_s)
+                self._counts.append(len(rids))
+            self._run_end_s = end_s
+            return
+        self._settle()
+        # Whole-list operations (C loops): when each had its last token -> how many.
+        for prev, count in Counter(map(self._last_s.get, rids)).items():
             if prev is not None:  # None: the request's first token, no gap yet
                 self._gaps_s.append(end_s - prev)
                 self._counts.append(count)
+        self._run_ids, self._run_end_s = list(rids), end_s  # a copy: the caller's may change
 
     def steps(self, request_ids: Sequence[int], ends_s: Sequence[float]) -> None:
         """``request_ids`` each sampled a token in every one of consecutive steps that
@@ -62,14 +73,19 @@ class TokenGaps:
         for prev, end in zip(ends_s[:-1], ends_s[1:], strict=True):  # as step() subtracts
             self._gaps_s.append(end - prev)
             self._counts.append(n)
-        last, end = self._last_s, ends_s[-1]
-        for rid in request_ids:
-            last[rid] = end
+        self._run_end_s = ends_s[-1]  # step() made request_ids the last step's
 
     def forget(self, request_ids: Iterable[int]) -> None:
         """Requests done for good: their last token's time is no longer needed."""
+        self._settle()
         for rid in request_ids:
             self._last_s.pop(rid, None)
+
+    def _settle(self) -> None:
+        """Write the last step's requests' last token times into ``_last_s``."""
+        if self._run_ids:
+            self._last_s.update(dict.fromkeys(self._run_ids, self._run_end_s))
+            self._run_ids = []
 
     @property
     def count(self) -> int:
