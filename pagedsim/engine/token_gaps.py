@@ -13,11 +13,11 @@ The gaps are kept in compact form: for each step, each distinct gap with the num
 requests that had it (most steps have one or two distinct gaps however large the batch),
 so a run's list of gaps costs a few entries a step rather than one a token; the mean and
 percentiles come out as numpy's over the expanded list (to rounding: sums in another
-order). Every run records them (:func:`pagedsim.engine.simulator.simulate`), at about a
-tenth more CPU time and 16 bytes a pair (the default ShareGPT load at 5 req/s, 20,000
-requests, paged: 7.8-8.1 s without, 8.7-9.3 s with, two runs each on a shared machine;
-237,159 pairs over 214,627 steps, 190 bytes a request; contiguous-oracle 22.3-22.4 s and
-24.7-24.9 s).
+order). Every run records them (:func:`pagedsim.engine.simulator.simulate`), at 16 bytes a
+pair (the default ShareGPT load at 5 req/s, 20,000 requests, paged: 237,159 pairs over
+214,627 steps). A step that samples the same requests as the step before (36,728 of the
+92,202 steps recorded one by one in that run) costs one list comparison: their last
+token times are written per request only when the set changes.
 """
 
 from __future__ import annotations
