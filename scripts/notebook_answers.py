@@ -117,7 +117,10 @@ def _the_run(check_text: str) -> str:
     head, _, why = check_text.partition("\n\n")
     found = re.search(r"the run (?:gives|says) (.+?)(?:: too (?:high|low)| \(right means|\.$)",
                       head)
-    value = f"**The run gives {found.group(1)}.**" if found else ""
+    value = ""
+    if found:  # NaN: the quantity is undefined in that run (the words after it say why)
+        value = ("**The run gives no number (NaN).**" if found.group(1).lower() == "nan"
+                 else f"**The run gives {found.group(1)}.**")
     return "\n\n".join(part for part in (value, why.strip()) if part)
 
 
