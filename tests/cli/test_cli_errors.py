@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import error_line as _error_line
 
 from pagedsim.cli import main
 from pagedsim.experiments import (
@@ -24,35 +25,11 @@ from pagedsim.experiments import (
     sweep_base,
     sweep_rate,
 )
-from pagedsim.experiments import runner as runner_module
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGET = ["budget", "--model", "llama-2-7b", "--gpu", "a100-80gb"]
 #: Flags that keep a run small and write nothing (used where a run could otherwise start).
 QUIET = ["--jobs", "1", "--no-write", "--quiet"]
-
-
-@pytest.fixture
-def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any simulation started in this process fails the test (errors must come first)."""
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a simulation started before the bad input was reported")
-
-    monkeypatch.setattr(runner_module, "run_scheme", refuse)
-
-
-def _error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    """Run ``argv``; assert status 2, nothing on stdout, one error line; return it."""
-    status = main(argv)
-    captured = capsys.readouterr()
-    assert status == 2, captured
-    assert captured.out == ""
-    assert "Traceback" not in captured.err
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("pagedsim: error: ")
-    return lines[0]
 
 
 # --------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from pagedsim.cli import build_parser, main
-from pagedsim.experiments import runner as runner_module
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Generic bad values tried on every value-taking flag (minus VALID below).
@@ -93,14 +92,6 @@ def _cases() -> list[tuple[str, list[str], str]]:
 CASES = _cases()
 
 
-@pytest.fixture
-def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any simulation started in this process fails the test (errors must come first)."""
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a simulation started before the bad input was reported")
-
-    monkeypatch.setattr(runner_module, "run_scheme", refuse)
 
 
 def _check(capsys: pytest.CaptureFixture[str], argv: list[str], flag: str) -> str:

@@ -9,35 +9,13 @@ import json
 import math
 
 import pytest
+from cli_helpers import error_line as _error_line
 
 from pagedsim.cli import build_parser, main
 from pagedsim.cli.experiment_options import experiment
-from pagedsim.experiments import runner as runner_module
 from pagedsim.experiments.run_one import run_scheme
 
 SMALL = ["compare", "--jobs", "1", "--no-write", "--quiet", "--num-requests", "60"]
-
-
-@pytest.fixture
-def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any simulation started in this process fails the test (errors must come first)."""
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a simulation started before the bad input was reported")
-
-    monkeypatch.setattr(runner_module, "run_scheme", refuse)
-
-
-def _error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    status = main(argv)
-    captured = capsys.readouterr()
-    assert status == 2, captured
-    assert captured.out == ""
-    assert "Traceback" not in captured.err
-    lines = captured.err.splitlines()
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("pagedsim: error: ")
-    return lines[0]
 
 
 def _rows(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, dict]:
