@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from pagedsim.labs import get_lab, grade
+from pagedsim.labs import grade
 from pagedsim.labs.meta import RESULTS_ENV
 from pagedsim.labs.prefork import FIXED_ENV, Prefork
-from pagedsim.labs.release import release_lab
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = ROOT / "labs"
@@ -164,13 +163,6 @@ for _name in ("bytes_per_token", "sequence_kv_bytes", "kv_cache_bytes", "num_blo
 }
 #: The cheats that forged full marks when the student's code ran among the graders.
 IN_PROCESS_FORGERIES = ("runtest-no-op", "plugin-write-wrapped", "plugin-state-faked")
-
-
-@pytest.fixture(scope="module")
-def starter(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("starter")
-    release_lab(get_lab(1, LABS), out / "lab1_budget")
-    return (out / "lab1_budget" / "budget_lab.py").read_text(encoding="utf-8")
 
 
 def _submission(root: Path, starter: str, cheat: str) -> Path:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pagedsim.labs import LabError, get_lab, grade, grading, sandbox
-from pagedsim.labs.release import release_lab
+from pagedsim.labs import LabError, grade, grading, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 LABS = ROOT / "labs"
@@ -55,13 +54,6 @@ def _environ_forge():
                 f.write(_json.dumps(record) + "\\n")
 _environ_forge()
 '''
-
-
-@pytest.fixture(scope="module")
-def starter(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("starter")
-    release_lab(get_lab(1, LABS), out / "lab1_budget")
-    return (out / "lab1_budget" / "budget_lab.py").read_text(encoding="utf-8")
 
 
 def _submission(root: Path, text: str) -> Path:

@@ -23,7 +23,6 @@ import pytest
 
 from pagedsim.labs import LabError, forbidden_imports, get_lab, grade
 from pagedsim.labs.imports import UnparsableSource
-from pagedsim.labs.release import release_lab
 from pagedsim.labs.results import LabResult, TaskScore, visible
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,13 +34,6 @@ FORBIDDEN = ["pagedsim.models.budget"]
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: Clear the screen, home the cursor, print a fake total, conceal what follows.
 FAKE = "\x1b[2J\x1b[H total 100/100 \x1b[8m"
-
-
-@pytest.fixture(scope="module")
-def starter(tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = tmp_path_factory.mktemp("starter")
-    release_lab(get_lab(1, LABS), out / "lab1_budget")
-    return (out / "lab1_budget" / "budget_lab.py").read_text(encoding="utf-8")
 
 
 def _submission(root: Path, text: str) -> Path:
