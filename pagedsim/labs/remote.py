@@ -55,7 +55,10 @@ class Worker:
         self.notes: list[str] = []
         self.output = bytearray()
         self.output_total_bytes = 0
-        #: Why the worker refused to run the student's code (then no other is started).
+        #: Why no worker is started again ("" while one may be): one refused to run the
+        #: student's code, or the student's module ended its process while it was being
+        #: imported (a new process would import it again and end the same way, and a
+        #: property test's shrinking would start dozens of them).
         self.refused = ""
         #: Why the watch of the worker's tree stopped it ("" while it has not).
         self.stopped_why = ""
@@ -163,15 +166,23 @@ class Worker:
         self.generation += 1  # its handles are stale from now on
         self.reads.clear()
 
-    def _died(self, what: str) -> WorkerError:
+    def _died(self, what: str, op: str = "") -> WorkerError:
+        """The error for a worker that ended ``what`` (its tree is killed); when it ended
+        importing the student's module (``op`` "import"), no other is started."""
         proc = self._proc
         self.close()
         status = proc.returncode if proc is not None else None
         if self.stopped_why:  # the watch above: say which limit
-            return WorkerError(self.stopped_why)
-        how = (f"killed by signal {-status}" if status is not None and status < 0
-               else f"exit status {status}")
-        return WorkerError(f"your code's process ended {what} ({how})")
+            message = self.stopped_why
+        else:
+            how = (f"killed by signal {-status}" if status is not None and status < 0
+                   else f"exit status {status}")
+            message = f"your code's process ended {what} ({how})"
+        if op == "import":
+            self.refused = (f"{message}, while importing your module; it was not started "
+                            "again, since it would end the same way")
+            return WorkerError(self.refused)
+        return WorkerError(message)
 
     # -- requests
     def request(self, op: str, *args: object) -> object:
@@ -185,11 +196,12 @@ class Worker:
         try:
             send(self._send_fd, self._encode(("req", op, args, released)))
         except OSError:
-            raise self._died("before answering") from None
-        return self._finish(self._wait(self.config["call_limit_s"], "in this call"))
+            raise self._died("before answering", op) from None
+        return self._finish(self._wait(self.config["call_limit_s"], "in this call", op))
 
-    def _wait(self, limit_s: float, what: str) -> tuple:
-        """The next reply; runs the grader callbacks the worker asks for meanwhile."""
+    def _wait(self, limit_s: float, what: str, op: str = "") -> tuple:
+        """The next reply to request ``op``; runs the grader callbacks the worker asks
+        for meanwhile."""
         while True:
             ready, _, _ = select.select([self._recv_fd], [], [], limit_s)
             if not ready:
@@ -199,9 +211,9 @@ class Worker:
             try:
                 message = safe_loads(recv(self._recv_fd), self._resolve)
             except WireError as exc:
-                raise self._died(f"{what}: {exc}") from None
+                raise self._died(f"{what}: {exc}", op) from None
             if not isinstance(message, tuple) or not message:
-                raise self._died(f"{what}: a malformed reply")
+                raise self._died(f"{what}: a malformed reply", op)
             if message[0] != "cb":
                 return message
             self._run_callback(message)

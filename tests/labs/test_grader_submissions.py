@@ -178,3 +178,33 @@ def test_a_file_the_parser_cannot_take_scores_zero_with_one_line(line: str,
     assert result.score == 0 and all(t.score == 0 for t in result.tasks)
     assert result.message.startswith("budget_lab.py: Python's parser could not read")
     assert "\n" not in result.message
+
+
+@pytest.mark.parametrize("ending", ["import os\nos._exit(0)\n",
+                                    "import os\nos.abort()\n"])
+def test_a_module_that_ends_its_process_at_import_is_imported_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
+    """A student module that ends its process while being imported fails every later call
+    at once, saying so: a new process would end the same way, and a property test's
+    shrinking used to start dozens of them (a minute per grade)."""
+    from pagedsim.labs.answers import WorkerError
+    from pagedsim.labs.grading import _worker_config
+    from pagedsim.labs.remote import Worker
+
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "budget_lab.py").write_text(ending, encoding="utf-8")
+    worker = Worker(_worker_config(get_lab(1, LABS), folder, 60))
+    starts = []
+    start = worker._start
+    monkeypatch.setattr(worker, "_start", lambda: (starts.append(1), start())[1])
+    try:
+        with pytest.raises(WorkerError, match="while importing your module; it was not "
+                                              "started again"):
+            worker.request("import", "budget_lab")
+        for _ in range(3):
+            with pytest.raises(WorkerError, match="while importing your module"):
+                worker.request("import", "budget_lab")
+    finally:
+        worker.close()
+    assert len(starts) == 1
