@@ -1,4 +1,10 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: one thread per worker for torch, and hypothesis profiles.
+
+Each pytest-xdist worker is one process per core, so torch in it (and in the notebook
+kernels and subprocesses it starts) runs its operations on one thread
+(``OMP_NUM_THREADS=1``, unless set already): with its default of a thread per core, two
+workers' tiny tensor operations wait on each other's threads, and a kernel test took ten
+times as long.
 
 ``ci`` (the default) is what ``python -m pytest`` and ``.ci/run`` use: derandomized, so
 every run of the same commit draws the same examples and gives the same result (no
@@ -20,6 +26,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+
+# Before anything imports torch (it reads this once, at import).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
