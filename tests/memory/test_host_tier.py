@@ -216,7 +216,7 @@ def _run(host_blocks: int, write_through: bool = False, overlap: bool = True):
 
 
 def test_no_host_tier_runs_as_before():
-    from pagedsim.experiments.metrics import summarize
+    from pagedsim.metrics.summary import summarize
 
     model, gpu = get_model("opt-13b"), get_gpu("a100-40gb")
     plain = simulate(_requests(), make_allocator("prefix-cache", 4096, 16),
@@ -227,7 +227,7 @@ def test_no_host_tier_runs_as_before():
 
 @pytest.mark.parametrize("write_through", [False, True])
 def test_hits_per_tier_add_up_and_the_tier_stays_in_its_capacity(write_through):
-    from pagedsim.experiments.metrics import summarize
+    from pagedsim.metrics.summary import summarize
 
     gpu_only = summarize(_run(0))
     s = summarize(_run(64, write_through))
@@ -244,7 +244,7 @@ def test_hits_per_tier_add_up_and_the_tier_stays_in_its_capacity(write_through):
 
 
 def test_copies_not_overlapped_cost_more():
-    from pagedsim.experiments.metrics import summarize
+    from pagedsim.metrics.summary import summarize
 
     assert (summarize(_run(64, overlap=False))["host_transfer_s"]
             > summarize(_run(64))["host_transfer_s"])
