@@ -13,9 +13,9 @@ from pagedsim.engine.cost import CostModel
 from pagedsim.engine.simulator import simulate
 from pagedsim.experiments.run_one import run_scheme
 from pagedsim.experiments.spec import Experiment
-from pagedsim.memory.host_tier import HostCopy, HostTier, tier
+from pagedsim.memory.host_tier import HostCopy, HostTier
 from pagedsim.memory.kv_cache_manager import KVCacheManager
-from pagedsim.memory.schemes import make_allocator
+from pagedsim.memory.schemes import PoolSpec, make_allocator
 from pagedsim.models.specs import (
     GPUS,
     PCIE4_X16_BYTES_PER_S,
@@ -70,13 +70,14 @@ def test_write_through_waits_for_the_step_unless_the_block_is_evicted_first():
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
 def test_a_bad_capacity_is_refused(bad):
     with pytest.raises((TypeError, ValueError), match="host_cache_blocks"):
-        tier(bad)
+        PoolSpec(64, host_cache_blocks=bad)
 
 
 def test_no_tier_at_zero_and_a_bad_policy_is_refused():
-    assert tier(0) is None
+    assert PoolSpec(64).host_tier() is None
+    assert PoolSpec(64, host_cache_blocks=3).host_tier().capacity_blocks == 3
     with pytest.raises(ValueError, match="write_through"):
-        tier(0, 16, "yes")  # type: ignore[arg-type]
+        PoolSpec(64, host_write_through="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="write_through"):
         HostTier(3, 16, 1)  # type: ignore[arg-type]
 
