@@ -7,7 +7,7 @@ when asked for; its source is the repository's top-level ``kernels/`` folder.
 
 from .engine.cost import CostModel
 from .engine.scheduler import Scheduler, SchedulerConfig
-from .engine.simulator import SimResult, simulate
+from .engine.simulator import simulate
 from .errors import OutOfMemoryError, PagedSimError
 from .memory import (
     Allocator,
@@ -19,6 +19,7 @@ from .memory import (
 )
 from .memory.accounting import CATEGORIES, SlotAccount, account
 from .memory.schemes import DEFAULT_SCHEMES, make_allocator
+from .metrics.sim_result import SimResult
 from .models.budget import KVBudget, kv_budget
 from .models.specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu, get_model
 from .workloads.traces import Trace, TraceError, load_trace, save_trace

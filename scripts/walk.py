@@ -12,11 +12,18 @@ they are not functions a reader opens. It prints:
 * ``calls``: calls in all;
 * ``crossings``: calls from a function of one of the three layers into another of them.
 
+Those are the counts of the issue that asked for this script (engine + memory +
+workloads). What a run records lives in its own layer, ``pagedsim/metrics`` (the per-step
+sums, the request log, the kept steps, the inter-token gaps, the run's record), which the
+engine feeds every step: its files, functions and calls are counted apart and printed on
+their own, so that moving code between the engine and that layer cannot pass for a
+shorter walk.
+
 With ``--list`` it also prints the functions, by file, with their call counts: the reading
-list of that request. With ``--plain`` the simulator's speed shortcuts are off (steady
-runs of decode steps, a step's decodes in one call: ``simulate(steady_runs=False,
-batch_decodes=False)``, proven to make the same run by their tests), so the walk is the
-reading path alone. Usage::
+list of that request (the metrics layer's after the others). With ``--plain`` the
+simulator's speed shortcuts are off (steady runs of decode steps, a step's decodes in one
+call: ``simulate(steady_runs=False, batch_decodes=False)``, proven to make the same run by
+their tests), so the walk is the reading path alone. Usage::
 
     python scripts/walk.py --scheme prefix-cache --policy v0
     python scripts/walk.py --scheme paged --list
@@ -35,23 +42,29 @@ from inspect import CO_OPTIMIZED
 from pathlib import Path
 
 LAYERS = ("engine", "memory", "workloads")
+#: Counted apart: what a run records (see the module docstring).
+METRICS = "metrics"
 SKIPPED = {"<module>", "<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>", "<lambda>"}
 
 
 def _layer(filename: str, root: Path) -> str | None:
-    """The core layer a source file belongs to, or None when it is outside them."""
+    """The layer a source file belongs to (a core one, or the metrics layer), or None when
+    it is outside them."""
     try:
         rel = Path(filename).resolve().relative_to(root)
     except ValueError:
         return None
-    return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in LAYERS else None
+    counted = rel.parts[0] in LAYERS or rel.parts[0] == METRICS
+    return rel.parts[0] if len(rel.parts) > 1 and counted else None
 
 
 def walk(scheme: str, policy: str, prompt_len: int, output_len: int,
          plain: bool = False) -> dict:
     """Run one request through ``pagedsim compare`` and count its calls (see the module
-    docstring); returns the counts and, under ``"functions"``, a Counter of
-    ``(file, function)`` -> calls. ``plain``: with the speed shortcuts off."""
+    docstring); returns the counts and, under ``"functions_by_call"``, a Counter of
+    ``(file, function)`` -> calls, for the three core layers; under ``"metrics"`` the
+    same counts (files, functions, calls, functions_by_call) for the metrics layer.
+    ``plain``: with the speed shortcuts off."""
     import pagedsim
     from pagedsim.cli import main
     from pagedsim.engine import simulator
@@ -59,6 +72,7 @@ def walk(scheme: str, policy: str, prompt_len: int, output_len: int,
     root = Path(pagedsim.__file__).resolve().parent
     layer_of: dict[str, str | None] = {}
     calls: Counter[tuple[str, str]] = Counter()
+    metrics_calls: Counter[tuple[str, str]] = Counter()
     crossings = 0
 
     def profile(frame, event, arg):
@@ -75,6 +89,9 @@ def walk(scheme: str, policy: str, prompt_len: int, output_len: int,
         if layer is None:
             return
         rel = Path(fname).resolve().relative_to(root).as_posix()
+        if layer == METRICS:
+            metrics_calls[(rel, code.co_qualname)] += 1
+            return  # counted apart; no crossing is counted into or out of it
         calls[(rel, code.co_qualname)] += 1
         caller = frame.f_back
         while caller is not None and caller.f_code.co_name in SKIPPED:
@@ -84,7 +101,7 @@ def walk(scheme: str, policy: str, prompt_len: int, output_len: int,
             clayer = layer_of.get(cname, "?")
             if clayer == "?":
                 clayer = layer_of[cname] = _layer(cname, root)
-            if clayer is not None and clayer != layer:
+            if clayer is not None and clayer != METRICS and clayer != layer:
                 crossings += 1
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,8 +126,24 @@ def walk(scheme: str, policy: str, prompt_len: int, output_len: int,
             simulator.simulate.__defaults__ = defaults
     if rc not in (0, None):
         raise SystemExit(f"walk: pagedsim {' '.join(argv)} exited {rc}")
+    return {**_counts(calls), "crossings": crossings, "metrics": _counts(metrics_calls)}
+
+
+def _counts(calls: Counter[tuple[str, str]]) -> dict:
+    """Distinct files and functions, and calls in all, of one Counter of calls."""
     return {"files": len({f for f, _ in calls}), "functions": len(calls),
-            "calls": sum(calls.values()), "crossings": crossings, "functions_by_call": calls}
+            "calls": sum(calls.values()), "functions_by_call": calls}
+
+
+def _print_list(calls: Counter[tuple[str, str]]) -> None:
+    """The functions of ``calls``, by file, with their call counts."""
+    by_file: dict[str, list[tuple[str, int]]] = {}
+    for (f, fn), n in sorted(calls.items()):
+        by_file.setdefault(f, []).append((fn, n))
+    for f, fns in by_file.items():
+        print(f"  {f}")
+        for fn, n in fns:
+            print(f"      {n:5d}  {fn}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,17 +163,16 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--{name.replace('_', '-')} {value}: give an integer in [1, 100000]")
     r = walk(args.scheme, args.policy, args.prompt_len, args.output_len, args.plain)
     plain = ", plain" if args.plain else ""
+    m = r["metrics"]
     print(f"scheme {args.scheme}, policy {args.policy}{plain}, one request of {args.prompt_len} + "
           f"{args.output_len} tokens: {r['files']} files, {r['functions']} functions, "
-          f"{r['calls']} calls, {r['crossings']} layer crossings")
+          f"{r['calls']} calls, {r['crossings']} layer crossings "
+          f"({'+'.join(LAYERS)}, as the issue counts); {METRICS} layer: {m['files']} files, "
+          f"{m['functions']} functions, {m['calls']} calls")
     if args.list:
-        by_file: dict[str, list[tuple[str, int]]] = {}
-        for (f, fn), n in sorted(r["functions_by_call"].items()):
-            by_file.setdefault(f, []).append((fn, n))
-        for f, fns in by_file.items():
-            print(f"  {f}")
-            for fn, n in fns:
-                print(f"      {n:5d}  {fn}")
+        _print_list(r["functions_by_call"])
+        print(f"  {METRICS} layer:")
+        _print_list(m["functions_by_call"])
     return 0
 
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 import pagedsim
-from pagedsim.engine.simulator import STEP_COLUMNS
+from pagedsim.metrics.sim_result import STEP_COLUMNS
 from pagedsim.testing.allocator_machine import AccountingRules, AllocatorMachine, ChunkRules
 
 # Derandomized: every grading run tries the same examples. A failure is not shrunk to a

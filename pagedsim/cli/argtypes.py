@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
-from ..engine.step_keep import KeepSteps, parse_keep_steps
+from ..metrics.step_keep import KeepSteps, parse_keep_steps
 from ..units import GiB
 from ..workloads.workload import MIN_RATE_PER_S
 
@@ -66,7 +66,7 @@ def rate(text: str) -> float:
 
 def keep_steps(text: str) -> KeepSteps:
     """``--keep-steps``: ``all``, ``none``, N (a sample of at most N steps) or ``SECONDSs``
-    (one step per span of simulated time); :func:`pagedsim.engine.step_keep.parse_keep_steps`."""
+    (one step per span of simulated time); :func:`pagedsim.metrics.step_keep.parse_keep_steps`."""
     try:
         return parse_keep_steps(text)
     except ValueError as exc:

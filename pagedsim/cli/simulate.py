@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..engine.step_keep import DEFAULT_KEEP_STEPS, KeepSteps
+from ..metrics.step_keep import DEFAULT_KEEP_STEPS, KeepSteps
 from ..models.budget import PAPER_OPT_13B
 from .argtypes import csv_list, jobs, keep_steps, nonempty, whole
 from .base import PROG, UNITS_NOTE, CliError
@@ -189,7 +189,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _print_serving_blocks(cmp: object) -> None:
     """``compare --latency``: benchmark_serving's block for each scheme, in order."""
-    from ..experiments.serving_report import serving_block, serving_fields
+    from ..metrics.serving_report import serving_block, serving_fields
 
     exp = cmp.experiment  # type: ignore[attr-defined]
     for rec in cmp.summary.to_dict("records"):  # type: ignore[attr-defined]

@@ -86,7 +86,9 @@ class Scheduler:
         self.allocator = allocator
         self.kv = KVCacheManager(allocator)
         self.config = config or SchedulerConfig()
-        self.beams = BeamModel(self.config.beam_decay, self.config.seed)
+        # Beam search's seeded stand-in for scores, made at the first beam search: no
+        # other draw comes from it, so a run without beams never needs it.
+        self.beams: BeamModel | None = None
         self.waiting = WaitingQueue(self._make_group)
         self.running: list[SequenceGroup] = []
         self.swapped: deque[SequenceGroup] = deque()
@@ -594,6 +596,8 @@ class Scheduler:
             self._select_beams(group)
 
     def _select_beams(self, group: SequenceGroup) -> None:
+        if self.beams is None:
+            self.beams = BeamModel(self.config.beam_decay, self.config.seed)
         survivors, forks, dropped = self.beams.select(group.seq_ids, self._new_seq_id)
         group.pending_frees.extend(dropped)
         group.pending_forks.extend(forks)

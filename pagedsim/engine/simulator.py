@@ -5,10 +5,12 @@ Time is simulated: each step lasts what :class:`~pagedsim.engine.cost.CostModel`
 arrival. Every step records the six-way slot account of the pool *during* that step
 (after the scheduler took and released memory for it).
 
-What a run keeps (:class:`SimResult`): the sums its summary needs, as it goes
-(:mod:`.step_stats`); one compact row per request (:mod:`.request_log`); and the
-per-step rows ``keep_steps`` asks for (:mod:`.step_keep`: all by default, or none, a
-sample, one per span of simulated time). Requests may come from any iterable in arrival
+What a run keeps is the metrics layer's (:mod:`pagedsim.metrics`), handed back as a
+:class:`~pagedsim.metrics.sim_result.SimResult`: the sums its summary needs, as it goes
+(:mod:`~pagedsim.metrics.step_stats`); one compact row per request
+(:mod:`~pagedsim.metrics.request_log`); and the per-step rows ``keep_steps`` asks for
+(:mod:`~pagedsim.metrics.step_keep`: all by default, or none, a sample, one per span of
+simulated time). Requests may come from any iterable in arrival
 order, so a generator or a trace read lazily never sits in memory whole; finished and
 rejected requests are forgotten as soon as their row is written.
 """
@@ -17,109 +19,26 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from ..memory.accounting import account
 from ..memory.base import Allocator
+from ..metrics.host_stats import HostStats
+from ..metrics.request_log import RequestLog
+from ..metrics.sim_result import STEP_COLUMNS, SimResult
+from ..metrics.step_keep import KeepSteps, StepKeeper
+from ..metrics.step_stats import StepStats
+from ..metrics.token_gaps import TokenGaps
 from ..workloads.workload import Request
 from .concurrency import ConcurrencyGate
 from .cost import CostModel
-from .host_stats import HostStats
 from .plan import StepPlan
-from .request_log import REQUEST_COLUMNS, RequestLog
 from .scheduler import Scheduler, SchedulerConfig
 from .steady import run_steady
-from .step_keep import KeepSteps, StepKeeper
-from .step_stats import StepStats
-from .token_gaps import TokenGaps
 
-__all__ = ["REQUEST_COLUMNS", "STEP_COLUMNS", "KeepSteps", "SimResult", "simulate"]
+__all__ = ["simulate"]
 
-STEP_COLUMNS = (
-    "step", "time_s", "step_time_s", "running", "batched_requests", "waiting", "swapped",
-    "token", "reserved", "internal_frag", "cached", "external_frag", "free", "capacity",
-    "physical_blocks", "logical_blocks", "prefill_tokens", "decode_seqs",
-    "preemptions", "swaps_out", "swaps_in", "cow_copies", "finished",
-    "prefill_tokens_cached", "prefix_query_tokens", "prefix_hit_tokens", "evictions",
-)  # fmt: skip
 #: Rows handed to the sums and the keeper at a time (one numpy conversion per chunk).
 CHUNK_STEPS = 4096
-
-
-@dataclass(slots=True)
-class SimResult:
-    """What one run keeps; :mod:`pagedsim.experiments.metrics` turns it into summaries.
-
-    ``step_rows``: the kept per-step tuples (:data:`STEP_COLUMNS`), all of them unless the
-    run was asked to keep fewer (``steps_total`` says how many there were);
-    ``stats``: the sums over every step (None for a result built by hand from
-    ``step_rows``, whose sums are then computed from them); ``request_log``: one row per
-    request (``request_rows`` as tuples).
-    """
-
-    scheme: str
-    capacity_slots: int
-    _step_rows: list[tuple] = field(default_factory=list)
-    request_log: RequestLog = field(default_factory=RequestLog)
-    stats: StepStats | None = None
-    keep_steps: KeepSteps = field(default_factory=KeepSteps)
-    num_preemptions: int = 0
-    num_swaps_out: int = 0
-    num_cow_copies: int = 0
-    #: Requests that can never run, with the scheduler's reason: ``(request_id, reason)``.
-    rejections: list[tuple[int, str]] = field(default_factory=list)
-    #: The host tier's numbers (:mod:`.host_stats`), or None when the run had none.
-    host: HostStats | None = None
-    #: Inter-token latencies (:mod:`.token_gaps`); None only in a result built by hand.
-    token_gaps: TokenGaps | None = None
-
-    @property
-    def step_rows(self) -> list[tuple]:
-        """The kept per-step rows (tuples in :data:`STEP_COLUMNS` order)."""
-        return self._step_rows
-
-    @step_rows.setter
-    def step_rows(self, rows: list[tuple]) -> None:
-        # Rows set by hand are the whole run: its sums are recomputed from them.
-        self._step_rows = rows
-        self.stats = None
-        self.keep_steps = KeepSteps.all()
-
-    @property
-    def request_rows(self) -> list[tuple]:
-        """Per-request rows as tuples (:data:`REQUEST_COLUMNS`), by arrival then id."""
-        return list(self.request_log.rows())
-
-    @request_rows.setter
-    def request_rows(self, rows: Iterable[tuple]) -> None:
-        self.request_log = RequestLog(rows)
-
-    @property
-    def steps_total(self) -> int:
-        """Steps the run took (kept or not)."""
-        return self.stats.num_steps if self.stats is not None else len(self._step_rows)
-
-    @property
-    def steps_sampled(self) -> bool:
-        """Whether :attr:`step_rows` holds fewer steps than the run took."""
-        return len(self._step_rows) < self.steps_total
-
-    def step_stats(self) -> StepStats:
-        """The sums over every step (computed from ``step_rows`` for a hand-made result)."""
-        if self.stats is None:
-            return StepStats.from_rows(self._step_rows, STEP_COLUMNS)
-        return self.stats
-
-    def steps(self):
-        """The kept per-step records as a pandas DataFrame (slot columns in token slots)."""
-        import pandas as pd
-
-        return pd.DataFrame.from_records(self._step_rows, columns=list(STEP_COLUMNS))
-
-    def requests(self):
-        """Per-request records as a pandas DataFrame (times in simulated seconds), with
-        latency, normalized latency, TTFT and TPOT (:meth:`RequestLog.frame`)."""
-        return self.request_log.frame()
 
 
 def _swap_time_s(cost: CostModel, plan: StepPlan) -> float:
@@ -278,7 +197,9 @@ def simulate(
     stalls = 0
     step_time = cost.step_time_s
     evicted = allocator.evicted_blocks
-    host = HostStats.of(allocator, cost)  # a host tier's copies cost link time
+    tier = getattr(allocator, "host", None)  # a host tier behind a prefix cache, or None
+    host = None if tier is None else HostStats(  # its copies cost link time
+        tier, tier.block_size * cost.model.bytes_per_token, cost.host_transfer_s)
     last_shown = 0.0
     steady = steady_runs and on_step is None and host is None
     while nxt is not None or sched.has_unfinished():
@@ -328,7 +249,8 @@ def simulate(
                                         or plan.host_writes):
                 on_step(sched, plan)  # but K/V moved (a swap-in alone): executors must see it
             if host is not None:  # counted; the clock does not move in a step that ran nothing
-                host.step(plan, 0.0, charge=False)
+                host.step(plan.host_copies, plan.host_writes, plan.prefix_host_hit_tokens,
+                          0.0, charge=False)
             stalls = 0 if plan.rejected else stalls + 1  # a rejection is progress too
             if not (plan.frees or plan.preempted) and nxt is not None:
                 now = max(now, nxt.arrival_s)  # idle until the next arrival
@@ -351,7 +273,8 @@ def simulate(
         if plan.swap_outs or plan.swap_ins:
             dt += _swap_time_s(cost, plan)
         if host is not None:
-            dt += host.step(plan, dt)
+            dt += host.step(plan.host_copies, plan.host_writes, plan.prefix_host_hit_tokens,
+                            dt)
         chunk.append((
             plan.step, now, dt, len(plan.decode_seq_ids) + len(plan.prefills),
             plan.num_batched_requests, len(sched.waiting), len(sched.swapped),

@@ -22,7 +22,7 @@ ShareGPT-like workload of 2,000 Poisson requests, seed 0.
 Why 5 requests/s by default
 ---------------------------
 Figure 2 shows the pool of a server under load, so the comparison is taken over the
-*saturated* steps (requests waiting; see :mod:`pagedsim.experiments.metrics`), and the load must
+*saturated* steps (requests waiting; see :mod:`pagedsim.metrics.summary`), and the load must
 saturate every scheme. The paper measured its batch sizes at 2 req/s, but our roofline
 cost model makes steps shorter than the paper's real system, so at 2 req/s the paged
 scheme keeps up with arrivals and its pool is not full (mean batch ~16, not the paper's

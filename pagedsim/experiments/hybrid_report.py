@@ -18,9 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engine.simulator import KeepSteps, simulate
+from ..engine.simulator import simulate
 from ..memory.hybrid_groups import describe_groups, hybrid_layout
 from ..memory.schemes import get_scheme, make_allocator
+from ..metrics.step_keep import KeepSteps
 from ..models.specs import get_model
 from .spec import Experiment
 

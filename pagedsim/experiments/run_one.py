@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..engine.simulator import KeepSteps, simulate
+from ..engine.simulator import simulate
 from ..memory.schemes import make_allocator
-from .metrics import summarize
+from ..metrics.step_keep import KeepSteps
+from ..metrics.summary import summarize
 from .spec import Experiment
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,7 +37,7 @@ def run_scheme(exp: Experiment, scheme: str, progress: bool = False,
     """Simulate ``exp`` under ``scheme``; returns (summary, per-step frame or None).
 
     A module-level function so joblib can send it to worker processes. The summary is
-    :func:`pagedsim.experiments.metrics.summarize` plus ``preempted_requests`` (requests
+    :func:`pagedsim.metrics.summary.summarize` plus ``preempted_requests`` (requests
     preempted at least once; ``preemptions`` counts preemption events) and the
     experiment's parameters; it never depends on ``keep_steps``, which says which
     per-step rows the frame holds (True: all, False: none, or a :class:`KeepSteps`: a

@@ -18,14 +18,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..engine.host_stats import HOST_KEYS
 from ..memory.accounting import CATEGORIES
 from ..memory.schemes import DEFAULT_SCHEMES
+from ..metrics.host_stats import HOST_KEYS
+from ..metrics.serving_report import serving_fields
+from ..metrics.summary import LATENCY_KEYS
 from ..validate import check_choice
 from .dask_runner import active_runner
-from .metrics import LATENCY_KEYS
 from .run_one import PROGRESS_EVERY_S, KeepArg, run_scheme
-from .serving_report import serving_fields
 from .spec import JSON_KEYS, PARTS, Experiment, check_schemes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,7 +76,7 @@ def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,
     run has reached (worker processes report through a multiprocessing manager's queue,
     every :data:`PROGRESS_EVERY_S` s); on a Dask cluster it counts finished runs.
     ``keep_steps``: :func:`run_scheme`'s (True: every step, False: none, or a
-    :class:`~pagedsim.engine.step_keep.KeepSteps`).
+    :class:`~pagedsim.metrics.step_keep.KeepSteps`).
     """
     if progress is None:
         progress = sys.stderr.isatty()
@@ -220,7 +220,7 @@ def compare(exp: Experiment, schemes: Sequence[str] = DEFAULT_SCHEMES,
             keep_steps: KeepArg = True, part: str = "saturated") -> Comparison:
     """Replay ``exp``'s workload through each scheme; see :func:`shares_frame` for ``part``.
     ``keep_steps``: which per-step rows :attr:`Comparison.steps` holds (True: all; False:
-    none; or a :class:`~pagedsim.engine.step_keep.KeepSteps`); summaries never depend
+    none; or a :class:`~pagedsim.metrics.step_keep.KeepSteps`); summaries never depend
     on it."""
     import pandas as pd
 
@@ -267,7 +267,7 @@ def json_rows(cmp: Comparison) -> list[dict[str, Any]]:
 
 def serving_json(exp: Experiment, rec: dict[str, Any]) -> dict[str, Any]:
     """One scheme's benchmark_serving fields under vLLM's result-file names
-    (:mod:`.serving_report`), with the load's ``request_rate`` (``"inf"`` for all at
+    (:mod:`pagedsim.metrics.serving_report`), with the load's ``request_rate`` (``"inf"`` for all at
     once, as vLLM writes it; None for a trace at its recorded times) and
     ``max_concurrency`` (None: no limit)."""
     rate = exp.rate_per_s

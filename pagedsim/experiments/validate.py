@@ -42,13 +42,14 @@ import numpy as np
 
 from ..engine.cost import CostModel
 from ..engine.scheduler_config import SchedulerConfig
-from ..engine.simulator import KeepSteps, simulate
+from ..engine.simulator import simulate
 from ..memory.schemes import make_allocator
+from ..metrics.step_keep import KeepSteps
+from ..metrics.summary import summarize
 from ..models.budget import kv_budget
 from ..models.cost_profiles import CostProfile, CostProfileError, get_cost_profile
 from ..models.specs import get_gpu, get_model
 from ..workloads.workload import LENGTH_DISTRIBUTIONS, Request
-from .metrics import summarize
 
 #: The data file, inside this package.
 DATA_FILE = "vllm_measurements.json"

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..memory.accounting import CATEGORIES
+from ..metrics.serving_report import SUMMARY_SERVING_KEYS
+from ..metrics.summary import CSV_LEFT_OUT, SUMMARY_KEYS
 from ..paper import FIGURE2_SHARES, FIGURE13_RATE, paper_key
 from ..plots.palette import CATEGORY_SHORT, category_of
 from ..wording import count
 from .figure12 import figure12
-from .metrics import CSV_LEFT_OUT, SUMMARY_KEYS
 from .report import figures_readme
 from .runner import Comparison, compare, shares_frame
-from .serving_report import SUMMARY_SERVING_KEYS
 from .spec import Experiment
 from .sweeps import PAPER_SWEEPS, SWEEPS, run_sweep, sweep_base
 from .tables import figure2_mismatches, sweep_table
@@ -74,7 +74,7 @@ def write_compare(cmp: Comparison, out: str | os.PathLike[str], prefix: str = "c
     share bars, the paper's Figure 2 beside them) and ``<prefix>_timeline_<scheme>.png``
     (the pool over time, from the steps the run kept; its title says when they are a
     sample) into ``out``; returns the paths written. The summary CSV leaves out
-    :data:`~pagedsim.experiments.metrics.CSV_LEFT_OUT` (the request latencies)."""
+    :data:`~pagedsim.metrics.summary.CSV_LEFT_OUT` (the request latencies)."""
     import pandas as pd
 
     from ..plots.shares import share_bars

@@ -55,18 +55,6 @@ class HostTransfers(NamedTuple):
     writes: list[HostCopy]  # after the model: write-through of blocks it computed
 
 
-def tier(capacity_blocks: int, block_size: int = 16,
-         write_through: bool = False) -> HostTier | None:
-    """A host tier of ``capacity_blocks`` blocks (checked), or None for 0: what a pool
-    spec's ``host_cache_blocks`` asks for. Schemes without a prefix cache ignore it:
-    they name no block, so they have nothing to offload."""
-    if check_int("host_cache_blocks", capacity_blocks, minimum=0) == 0:
-        if not isinstance(write_through, bool):
-            raise ValueError(f"write_through must be True or False, got {write_through!r}")
-        return None
-    return HostTier(capacity_blocks, block_size, write_through)
-
-
 class HostTier:
     """``capacity_blocks`` host blocks of ``block_size`` slots, by chained hash, LRU."""
 

@@ -30,7 +30,7 @@ from .block_manager import BlockManager
 from .block_pool import EvictionPolicy
 from .contiguous import PLACEMENTS, RESERVATIONS, ContiguousAllocator
 from .eviction_lfu import LFU
-from .host_tier import HostTier, tier
+from .host_tier import HostTier
 from .hybrid import HybridAllocator
 from .hybrid_groups import hybrid_layout
 from .paged import PagedAllocator
@@ -57,7 +57,7 @@ class PoolSpec:
     ``max_num_seqs``: most sequences running at once (vAttention's virtual regions);
     ``align_slots``: contiguous regions start on and span multiples of it (a real cache
     read by the paged kernel sets it to its block size); ``host_cache_blocks`` and
-    ``host_write_through``: a host tier behind a prefix cache (:func:`~.host_tier.tier`).
+    ``host_write_through``: a host tier behind a prefix cache (:meth:`host_tier`).
     """
 
     capacity_slots: int
@@ -75,6 +75,10 @@ class PoolSpec:
         check_int("block_size", self.block_size, minimum=1)
         check_int("max_model_len", self.max_model_len, minimum=1)
         check_int("max_num_seqs", self.max_num_seqs, minimum=1)
+        check_int("host_cache_blocks", self.host_cache_blocks, minimum=0)
+        if not isinstance(self.host_write_through, bool):
+            raise ValueError("host_write_through must be True or False, "
+                             f"got {self.host_write_through!r}")
         if self.model is not None and not isinstance(self.model, ModelSpec):
             raise TypeError(f"model must be a ModelSpec or None, got {self.model!r}")
 
@@ -85,7 +89,12 @@ class PoolSpec:
         return self.model
 
     def host_tier(self) -> HostTier | None:
-        return tier(self.host_cache_blocks, self.block_size, self.host_write_through)
+        """A host tier of ``host_cache_blocks`` blocks, or None for 0 (the default).
+        Schemes without a prefix cache never ask: they name no block, so they have
+        nothing to offload."""
+        if self.host_cache_blocks == 0:
+            return None
+        return HostTier(self.host_cache_blocks, self.block_size, self.host_write_through)
 
 
 @dataclass(frozen=True, slots=True)

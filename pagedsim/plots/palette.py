@@ -115,7 +115,7 @@ PERCENT_COLUMNS = frozenset({"sharing_saving", "paper_saving", "saturated_time_f
                              "utilization", "prefix_hit_rate"})
 
 #: Prefixes of the summary's share columns: ``all_`` over the whole run, ``sat_`` over the
-#: saturated steps only (see :mod:`pagedsim.experiments.metrics`).
+#: saturated steps only (see :mod:`pagedsim.metrics.summary`).
 SHARE_PREFIXES = ("all_", "sat_")
 
 

@@ -8,8 +8,9 @@ import pytest
 
 from pagedsim.engine.cost import CostModel
 from pagedsim.engine.scheduler import SchedulerConfig
-from pagedsim.engine.simulator import STEP_COLUMNS, simulate
+from pagedsim.engine.simulator import simulate
 from pagedsim.memory.schemes import make_allocator
+from pagedsim.metrics.sim_result import STEP_COLUMNS
 from pagedsim.models.specs import get_gpu, get_model
 from pagedsim.workloads.workload import Request
 

@@ -1,6 +1,6 @@
 """benchmark_serving's load and timing in the simulator: at most N requests in the system
 (``max_concurrency``, :mod:`pagedsim.engine.concurrency`) and every request's inter-token
-gaps (:mod:`pagedsim.engine.token_gaps`), each checked against the run's own records."""
+gaps (:mod:`pagedsim.metrics.token_gaps`), each checked against the run's own records."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 
 from pagedsim.engine.concurrency import ConcurrencyGate
 from pagedsim.engine.simulator import simulate
-from pagedsim.engine.token_gaps import TokenGaps
 from pagedsim.experiments.spec import Experiment
 from pagedsim.memory.schemes import make_allocator
+from pagedsim.metrics.token_gaps import TokenGaps
 from pagedsim.workloads.workload import Request
 
 

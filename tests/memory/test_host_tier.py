@@ -13,9 +13,9 @@ from pagedsim.engine.cost import CostModel
 from pagedsim.engine.simulator import simulate
 from pagedsim.experiments.run_one import run_scheme
 from pagedsim.experiments.spec import Experiment
-from pagedsim.memory.host_tier import HostCopy, HostTier, tier
+from pagedsim.memory.host_tier import HostCopy, HostTier
 from pagedsim.memory.kv_cache_manager import KVCacheManager
-from pagedsim.memory.schemes import make_allocator
+from pagedsim.memory.schemes import PoolSpec, make_allocator
 from pagedsim.models.specs import (
     GPUS,
     PCIE4_X16_BYTES_PER_S,
@@ -70,13 +70,14 @@ def test_write_through_waits_for_the_step_unless_the_block_is_evicted_first():
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
 def test_a_bad_capacity_is_refused(bad):
     with pytest.raises((TypeError, ValueError), match="host_cache_blocks"):
-        tier(bad)
+        PoolSpec(64, host_cache_blocks=bad)
 
 
 def test_no_tier_at_zero_and_a_bad_policy_is_refused():
-    assert tier(0) is None
+    assert PoolSpec(64).host_tier() is None
+    assert PoolSpec(64, host_cache_blocks=3).host_tier().capacity_blocks == 3
     with pytest.raises(ValueError, match="write_through"):
-        tier(0, 16, "yes")  # type: ignore[arg-type]
+        PoolSpec(64, host_write_through="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="write_through"):
         HostTier(3, 16, 1)  # type: ignore[arg-type]
 
@@ -216,7 +217,7 @@ def _run(host_blocks: int, write_through: bool = False, overlap: bool = True):
 
 
 def test_no_host_tier_runs_as_before():
-    from pagedsim.experiments.metrics import summarize
+    from pagedsim.metrics.summary import summarize
 
     model, gpu = get_model("opt-13b"), get_gpu("a100-40gb")
     plain = simulate(_requests(), make_allocator("prefix-cache", 4096, 16),
@@ -227,7 +228,7 @@ def test_no_host_tier_runs_as_before():
 
 @pytest.mark.parametrize("write_through", [False, True])
 def test_hits_per_tier_add_up_and_the_tier_stays_in_its_capacity(write_through):
-    from pagedsim.experiments.metrics import summarize
+    from pagedsim.metrics.summary import summarize
 
     gpu_only = summarize(_run(0))
     s = summarize(_run(64, write_through))
@@ -244,7 +245,7 @@ def test_hits_per_tier_add_up_and_the_tier_stays_in_its_capacity(write_through):
 
 
 def test_copies_not_overlapped_cost_more():
-    from pagedsim.experiments.metrics import summarize
+    from pagedsim.metrics.summary import summarize
 
     assert (summarize(_run(64, overlap=False))["host_transfer_s"]
             > summarize(_run(64))["host_transfer_s"])

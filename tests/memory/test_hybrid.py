@@ -14,7 +14,6 @@ from pagedsim.engine.scheduler import SchedulerConfig
 from pagedsim.engine.simulator import simulate
 from pagedsim.errors import OutOfMemoryError
 from pagedsim.experiments import Experiment
-from pagedsim.experiments.metrics import summarize
 from pagedsim.memory.accounting import CATEGORIES, account
 from pagedsim.memory.hybrid import HybridAllocator
 from pagedsim.memory.hybrid_groups import NULL_BLOCK, GroupSpec, hybrid_layout
@@ -24,6 +23,7 @@ from pagedsim.memory.schemes import (
     default_schemes,
     make_allocator,
 )
+from pagedsim.metrics.summary import summarize
 from pagedsim.models.specs import get_gpu, get_model
 from pagedsim.models.vllm_kv import vllm_kv_cache
 from pagedsim.units import GiB

@@ -12,6 +12,7 @@ nothing named ``kernels`` lands in site-packages; the last tests here check that
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -202,3 +203,52 @@ def test_no_import_cycles_between_modules():
             seen.add(module)
             visit(module, [module])
     assert cycles == []
+
+
+#: The core layers, each with the layers it may import (besides the top-level helper
+#: modules such as ``pagedsim/validate.py``): data flows from workloads through the engine
+#: and memory into metrics, so metrics never imports the engine that feeds it.
+LAYERS_BELOW = {
+    "workloads": set(),
+    "models": set(),
+    "memory": {"models", "workloads"},
+    "metrics": {"memory", "models", "workloads"},
+    "engine": {"memory", "metrics", "models", "workloads"},
+}
+
+
+def _layer_imports(path: Path, package: list[str]) -> set[str]:
+    """The ``pagedsim`` subpackages ``path`` imports anywhere: at its top, in functions and
+    under ``TYPE_CHECKING`` alike (a type named from a layer above is a dependency too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            targets = [".".join(base + ([node.module] if node.module else []))]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] == "pagedsim" and len(parts) > 1 and (
+                    ROOT / "pagedsim" / parts[1] / "__init__.py").is_file():
+                found.add(parts[1])
+    return found
+
+
+def test_the_core_layers_import_only_the_layers_below():
+    bad = []
+    for layer, below in LAYERS_BELOW.items():
+        for path in sorted((ROOT / "pagedsim" / layer).glob("*.py")):
+            package = ["pagedsim", layer]
+            for other in sorted(_layer_imports(path, package) - below - {layer}):
+                bad.append(f"pagedsim/{layer}/{path.name} imports pagedsim.{other}")
+    assert bad == []
+
+
+def test_the_layer_check_sees_an_import_only_type_checkers_see(tmp_path: Path):
+    module = tmp_path / "m.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                      "    from ..engine.plan import StepPlan\n", encoding="utf-8")
+    assert _layer_imports(module, ["pagedsim", "metrics"]) == {"engine"}

@@ -35,3 +35,22 @@ def test_one_request_goes_through_every_file_of_the_reading_order():
     assert set(_reading_order()) <= walked, set(_reading_order()) - walked
     assert result["files"] == len({f for f, _ in result["functions_by_call"]})
     assert result["calls"] >= result["functions"] > 0
+    # What the run records is counted apart (the metrics layer), never in the core's counts.
+    metrics = result["metrics"]
+    assert {f.split("/")[0] for f, _ in result["functions_by_call"]} == {
+        "engine", "memory", "workloads"}
+    assert {f.split("/")[0] for f, _ in metrics["functions_by_call"]} == {"metrics"}
+    assert "metrics/sim_result.py" in {f for f, _ in metrics["functions_by_call"]}
+    assert metrics["files"] == len({f for f, _ in metrics["functions_by_call"]})
+    assert metrics["calls"] >= metrics["functions"] > 0
+
+
+def test_the_walk_prints_the_metrics_layer_on_its_own(capsys):
+    spec = importlib.util.spec_from_file_location("walk", ROOT / "scripts" / "walk.py")
+    walk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(walk)
+    assert walk.main(["--scheme", "paged", "--output-len", "2"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert re.search(r": \d+ files, \d+ functions, \d+ calls, \d+ layer crossings "
+                     r"\(engine\+memory\+workloads, as the issue counts\); metrics layer: "
+                     r"\d+ files, \d+ functions, \d+ calls$", line), line

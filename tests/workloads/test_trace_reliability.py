@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from pagedsim.engine.cost import CostModel
 from pagedsim.engine.simulator import simulate
-from pagedsim.experiments.metrics import summarize
 from pagedsim.memory.schemes import make_allocator
+from pagedsim.metrics.summary import summarize
 from pagedsim.models.specs import get_gpu, get_model
 from pagedsim.workloads.traces import (
     AUTO_REBASE_FROM_S,

@@ -97,8 +97,8 @@ def test_rows_are_read_only_as_the_iterator_reaches_them(tmp_path: Path):
 def test_a_run_of_a_trace_equals_a_run_of_its_requests(tmp_path: Path):
     """run_scheme reads the trace lazily; the summary is the one of the whole list."""
     from pagedsim.engine.simulator import simulate
-    from pagedsim.experiments.metrics import summarize
     from pagedsim.memory.schemes import make_allocator
+    from pagedsim.metrics.summary import summarize
 
     rows = [(0.2 * i, 50 + 37 * (i % 9), 20 + 11 * (i % 7), 1) for i in range(120)]
     exp = Experiment(workload=str(_write(tmp_path / "t.csv", rows)), rate_per_s=4.0)

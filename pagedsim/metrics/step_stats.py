@@ -1,8 +1,8 @@
 """Per-step sums kept as a run goes, so that a run's summary needs no per-step record.
 
 :class:`StepStats` takes the simulator's per-step rows (tuples in the order of
-:data:`pagedsim.engine.simulator.STEP_COLUMNS`) in chunks and keeps only what
-:func:`pagedsim.experiments.metrics.summarize` reads: for the whole run, for the
+:data:`.sim_result.STEP_COLUMNS`) in chunks and keeps only what
+:func:`.summary.summarize` reads: for the whole run, for the
 saturated steps (requests waiting) and for the steps that hold blocks, the sums of
 ``step_time_s``, of each slot category times ``step_time_s`` and unweighted, of the
 batch sizes, of the prefix-cache and prefill counters, and the last row.

@@ -1,4 +1,4 @@
-"""benchmark_serving's report of a simulated run (:mod:`pagedsim.experiments.serving_report`):
+"""benchmark_serving's report of a simulated run (:mod:`pagedsim.metrics.serving_report`):
 each number against the same metric computed here from the run's request rows."""
 
 from __future__ import annotations
@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from pagedsim.engine.simulator import simulate
-from pagedsim.engine.token_gaps import TokenGaps
-from pagedsim.experiments.metrics import CSV_LEFT_OUT, summarize
-from pagedsim.experiments.serving_report import (
+from pagedsim.experiments.spec import Experiment
+from pagedsim.memory.schemes import make_allocator
+from pagedsim.metrics.serving_report import (
     SERVING_KEYS,
     SUMMARY_SERVING_KEYS,
     serving_block,
     serving_fields,
     serving_metrics,
 )
-from pagedsim.experiments.spec import Experiment
-from pagedsim.memory.schemes import make_allocator
+from pagedsim.metrics.summary import CSV_LEFT_OUT, summarize
+from pagedsim.metrics.token_gaps import TokenGaps
 
 
 def _run(exp: Experiment, scheme: str):

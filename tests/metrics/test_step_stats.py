@@ -1,4 +1,4 @@
-"""Summaries computed as the run goes (pagedsim.engine.step_stats) equal the summaries of
+"""Summaries computed as the run goes (pagedsim.metrics.step_stats) equal the summaries of
 every kept step, to the last digit, whatever a run keeps."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pagedsim.engine.step_stats as step_stats
-from pagedsim.engine.simulator import STEP_COLUMNS, KeepSteps, SimResult
-from pagedsim.engine.step_stats import StepStats
+import pagedsim.metrics.step_stats as step_stats
 from pagedsim.experiments import Experiment, run_scheme
-from pagedsim.experiments.metrics import sharing_saving, summarize, time_weighted_shares
 from pagedsim.memory.accounting import CATEGORIES
+from pagedsim.metrics.sim_result import STEP_COLUMNS, SimResult
+from pagedsim.metrics.step_keep import KeepSteps
+from pagedsim.metrics.step_stats import StepStats
+from pagedsim.metrics.summary import sharing_saving, summarize, time_weighted_shares
 
 
 def _frame_numbers(steps: pd.DataFrame) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Which per-step rows a run keeps: all, none, a uniform sample of at most N, or one per
 span of simulated time.
 
-Summaries never need the rows (:mod:`pagedsim.engine.step_stats` keeps their sums); the
+Summaries never need the rows (:mod:`.step_stats` keeps their sums); the
 rows are for the per-step CSV, timelines and step-through pictures. A million-request
 run takes about ten million steps, so keeping them all would take gigabytes.
 

@@ -16,7 +16,7 @@ eye or by a script written for vLLM's files):
   that sampled its first token), ``tpot`` (time per output token after the first:
   ``(e2el - ttft) / (output_len - 1)`` per request, one-token outputs left out),
   ``itl`` (inter-token latency: every gap between two consecutive tokens of a request,
-  pooled over requests, :mod:`pagedsim.engine.token_gaps`) and ``e2el`` (end-to-end
+  pooled over requests, :mod:`.token_gaps`) and ``e2el`` (end-to-end
   latency: from sent to finished), ``mean_<m>_ms``, ``median_<m>_ms``, ``std_<m>_ms``
   and ``p99_<m>_ms`` in milliseconds: numpy's mean, median, population standard
   deviation and 99th percentile (linear interpolation), as benchmark_serving takes them.
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..engine.request_log import RequestLog
-    from ..engine.token_gaps import TokenGaps
+    from .request_log import RequestLog
+    from .token_gaps import TokenGaps
 
 #: The latencies benchmark_serving reports, and the statistics of each.
 METRICS = ("ttft", "tpot", "itl", "e2el")

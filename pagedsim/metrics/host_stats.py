@@ -4,20 +4,25 @@ The simulator makes one :class:`HostStats` when the allocator has a host tier
 (:mod:`pagedsim.memory.host_tier`; none otherwise, so runs without one are untouched).
 Each step it counts the plan's host copies (loads host -> GPU, write-backs and
 write-throughs GPU -> host, whole blocks of ``block_size x bytes_per_token`` bytes),
-asks the cost model how much longer they make the step
-(:meth:`~pagedsim.engine.cost.CostModel.host_transfer_s`), and weighs the tier's
-occupancy by the step's length. The GPU pool's six categories do not change: a loaded
-block is an ordinary block of the request that loaded it.
+asks the link-time function it was given (the cost model's
+:meth:`~pagedsim.engine.cost.CostModel.host_transfer_s`) how much longer they make the
+step, and weighs the tier's occupancy by the step's length. The GPU pool's six
+categories do not change: a loaded block is an ordinary block of the request that
+loaded it. (The function and the copies are handed in, rather than the cost model and
+the step plan, so that this layer never imports the engine that feeds it.)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..memory.host_tier import HostTier
-from .cost import CostModel
-from .plan import StepPlan
+from ..memory.host_tier import HostCopy, HostTier
+
+#: Seconds a step of ``step_s`` lasts longer for ``load_bytes`` host -> GPU and
+#: ``offload_bytes`` GPU -> host: ``(step_s, load_bytes, offload_bytes) -> seconds``.
+LinkTime = Callable[[float, int, int], float]
 
 #: The summary keys a run with a host tier adds (:meth:`HostStats.summary`), in order.
 HOST_KEYS: tuple[str, ...] = (
@@ -30,12 +35,13 @@ HOST_KEYS: tuple[str, ...] = (
 
 
 class HostStats:
-    """Counts of one run's host tier (``host``), its copies charged by ``cost``."""
+    """Counts of one run's host tier (``host``), its blocks of ``block_bytes`` bytes, its
+    copies charged by ``link_time_s``."""
 
-    def __init__(self, host: HostTier, cost: CostModel, block_size: int) -> None:
+    def __init__(self, host: HostTier, block_bytes: int, link_time_s: LinkTime) -> None:
         self.host = host
-        self.cost = cost
-        self.block_bytes = block_size * cost.model.bytes_per_token
+        self.block_bytes = block_bytes
+        self.link_time_s = link_time_s
         self.loads = self.write_backs = self.write_throughs = 0  # blocks
         self.hit_tokens = 0  # prompt tokens loaded from the host
         self.transfer_s = 0.0  # seconds the copies added to steps
@@ -43,27 +49,23 @@ class HostStats:
         self.time_s = 0.0
         self.max_used_blocks = 0
 
-    @classmethod
-    def of(cls, allocator: object, cost: CostModel) -> HostStats | None:
-        """The stats of ``allocator``'s host tier, or None when it has none."""
-        host = getattr(allocator, "host", None)
-        return None if host is None else cls(host, cost, host.block_size)
-
-    def step(self, plan: StepPlan, step_s: float, charge: bool = True) -> float:
-        """Count ``plan``'s host copies and weigh the occupancy over the step, which
-        lasts ``step_s`` without them; returns the seconds the copies add to it (0 and
-        nothing charged when not ``charge``: a step that ran nothing takes no time)."""
-        loads = sum(1 for c in plan.host_copies if not c.to_host)
-        backs = len(plan.host_copies) - loads
-        writes = len(plan.host_writes)
+    def step(self, copies: Sequence[HostCopy], writes: Sequence[HostCopy], hit_tokens: int,
+             step_s: float, charge: bool = True) -> float:
+        """Count a step's host ``copies`` (loads and write-backs, before the model),
+        ``writes`` (write-throughs, after it) and ``hit_tokens`` (prompt tokens it loaded
+        from the host), and weigh the occupancy over the step, which lasts ``step_s``
+        without them; returns the seconds the copies add to it (0 and nothing charged
+        when not ``charge``: a step that ran nothing takes no time)."""
+        loads = sum(1 for c in copies if not c.to_host)
+        backs = len(copies) - loads
         self.loads += loads
         self.write_backs += backs
-        self.write_throughs += writes
-        self.hit_tokens += plan.prefix_host_hit_tokens
+        self.write_throughs += len(writes)
+        self.hit_tokens += hit_tokens
         extra = 0.0
         if charge and (loads or backs or writes):
             bb = self.block_bytes
-            extra = self.cost.host_transfer_s(step_s, loads * bb, (backs + writes) * bb)
+            extra = self.link_time_s(step_s, loads * bb, (backs + len(writes)) * bb)
         self.transfer_s += extra
         dt = step_s + extra
         used = len(self.host)

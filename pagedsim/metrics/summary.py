@@ -1,6 +1,6 @@
 """Summaries of one simulated run: where the KV pool went, how big the batches were, how fast.
 
-:func:`summarize` turns a :class:`~pagedsim.engine.simulator.SimResult` into one flat ``dict`` of
+:func:`summarize` turns a :class:`~.sim_result.SimResult` into one flat ``dict`` of
 numbers; :func:`summary_frame` stacks several into a pandas DataFrame (one row per run).
 
 Time weighting
@@ -49,7 +49,7 @@ Other numbers (units in the key names)
 * ``serving_<field>``: the fields of vLLM's ``benchmark_serving`` result under its own
   names (``serving_mean_ttft_ms``, ``serving_p99_itl_ms``, ``serving_duration``, ...;
   :mod:`.serving_report` lists them with their units), inter-token latencies from what
-  the run recorded (:mod:`pagedsim.engine.token_gaps`; NaN for a result built by hand).
+  the run recorded (:mod:`.token_gaps`; NaN for a result built by hand).
 * ``sharing_saving``: time-weighted ``1 - physical_blocks / logical_blocks`` over steps
   with ``logical_blocks > 0`` (the paper's section 6.3 memory saving; 0 without sharing).
 * ``prefix_queries`` / ``prefix_hits``: tokens of admitted prompts (recomputations
@@ -61,7 +61,7 @@ Other numbers (units in the key names)
   ``prefill_tokens_computed`` / ``prefill_tokens_cached``: prompt tokens the model
   computed, and those a prefix cache served instead. ``evictions``: cached blocks reused
   for other content.
-* With a host tier only (:data:`pagedsim.engine.host_stats.HOST_KEYS`): the hits per tier
+* With a host tier only (:data:`.host_stats.HOST_KEYS`): the hits per tier
   in tokens (``prefix_hits_gpu`` + ``prefix_hits_host`` = ``prefix_hits``) and their
   rates, blocks and bytes moved each way (``host_loaded_bytes`` host -> GPU,
   ``host_offloaded_bytes`` GPU -> host), the tier's time-weighted and largest occupancy
@@ -70,7 +70,7 @@ Other numbers (units in the key names)
   counts over the run; ``num_steps``: steps that ran something.
 
 Every per-step number comes from sums kept as the run went
-(:class:`pagedsim.engine.step_stats.StepStats`), never from kept steps, so a summary is
+(:class:`.step_stats.StepStats`), never from kept steps, so a summary is
 the same whether a run kept all its steps, a sample or none; ``step_stats`` says how its
 float sums are formed (for runs of up to 131,072 steps: exactly the pairwise sums over
 the whole run's frame that :func:`time_weighted_shares` computes).
@@ -84,17 +84,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.request_log import RequestLog
-from ..engine.simulator import STEP_COLUMNS
-from ..engine.step_stats import PartSums
 from ..memory.accounting import CATEGORIES
+from .request_log import RequestLog
 from .serving_report import PREFIX as SERVING_PREFIX
 from .serving_report import SUMMARY_SERVING_KEYS, serving_metrics
+from .sim_result import STEP_COLUMNS, SimResult
+from .step_stats import PartSums
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
-
-    from ..engine.simulator import SimResult
 
 #: The summary's keys in a stable order (summary_frame's columns).
 SUMMARY_KEYS: tuple[str, ...] = (

@@ -1,4 +1,4 @@
-"""Which per-step rows a run keeps (pagedsim.engine.step_keep) and ``--keep-steps``."""
+"""Which per-step rows a run keeps (pagedsim.metrics.step_keep) and ``--keep-steps``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pagedsim.cli import main
-from pagedsim.engine.step_keep import KeepSteps, StepKeeper, parse_keep_steps
+from pagedsim.metrics.step_keep import KeepSteps, StepKeeper, parse_keep_steps
 
 
 def _rows(n: int, dt: float = 0.25) -> list[tuple]:

@@ -1,4 +1,4 @@
-"""Summaries of a run (pagedsim.experiments.metrics): time weighting, the saturated part, sums to
+"""Summaries of a run (pagedsim.metrics.summary): time weighting, the saturated part, sums to
 1."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from pagedsim.engine.simulator import STEP_COLUMNS, SimResult
-from pagedsim.experiments.metrics import (
+from pagedsim.memory.accounting import CATEGORIES
+from pagedsim.metrics.sim_result import STEP_COLUMNS, SimResult
+from pagedsim.metrics.summary import (
     SUMMARY_KEYS,
     summarize,
     summary_frame,
     time_weighted_shares,
 )
-from pagedsim.memory.accounting import CATEGORIES
 
 CAP = 100
 
