@@ -188,13 +188,18 @@ def kv_cache_class(scheme: str) -> type:
 
 
 # ------------------------------------------------------------------ the entries
-def _paged(pool: PoolSpec) -> BlockManager:
+def _num_blocks(pool: PoolSpec) -> int:
+    """Whole blocks the pool holds (at least one, or ``ValueError`` saying so)."""
     num_blocks = pool.capacity_slots // pool.block_size
     if num_blocks < 1:
         raise ValueError(
             f"a pool of {pool.capacity_slots} slots holds no block of {pool.block_size} slots"
         )
-    return PagedAllocator(num_blocks, pool.block_size)
+    return num_blocks
+
+
+def _paged(pool: PoolSpec) -> BlockManager:
+    return PagedAllocator(_num_blocks(pool), pool.block_size)
 
 
 register(Scheme(
@@ -205,7 +210,7 @@ register(Scheme(
 def _prefix_cache(dedup: bool, eviction: Callable[[], EvictionPolicy] | None = None
                   ) -> Callable[[PoolSpec], Allocator]:
     def build(pool: PoolSpec) -> BlockManager:
-        return PrefixCachingAllocator(_paged(pool).num_blocks, pool.block_size, dedup,
+        return PrefixCachingAllocator(_num_blocks(pool), pool.block_size, dedup,
                                       pool.host_tier(), None if eviction is None else eviction())
     return build
 
@@ -225,7 +230,7 @@ register(Scheme(
 
 
 def _radix(pool: PoolSpec) -> BlockManager:
-    return RadixAllocator(_paged(pool).num_blocks, pool.block_size, host=pool.host_tier())
+    return RadixAllocator(_num_blocks(pool), pool.block_size, host=pool.host_tier())
 
 
 register(Scheme(
@@ -235,7 +240,7 @@ register(Scheme(
 register(Scheme(
     "radix-lfu", "RadixAttention with SGLang's LFU eviction: the unlocked leaf hit least "
     "often goes first (then the least recently used)", "paged", "blocks",
-    lambda pool: RadixAllocator(_paged(pool).num_blocks, pool.block_size, eviction=lfu,
+    lambda pool: RadixAllocator(_num_blocks(pool), pool.block_size, eviction=lfu,
                                 host=pool.host_tier())))
 
 _RESERVATION_WORDS = {
