@@ -61,8 +61,16 @@ with, for ``tokens = num_prefill_tokens + num_decode_seqs``, ``L`` layers and hi
   scheme: all-full treats a sliding layer as a full one): every layer reads the whole
   context. ``prefill_attn_pairs`` is counted over every layer.
 
-``num_gpus`` models ideal tensor parallelism: weights, KV and work split evenly, peak and
-bandwidth add up, communication is free (an optimistic bound).
+``num_gpus`` models tensor parallelism: weights, KV and work split evenly, peak and
+bandwidth add up. Tensor parallelism: each layer all-reduces its attention output and its
+MLP output, two all-reduces a layer, each of the step's ``tokens x hidden_size``
+activations; one costs ``allreduce_s`` (its latency) plus the bytes each GPU sends, ``2
+(N - 1) / N`` of the activations in a ring, at ``tp_link_bytes_per_s``
+(:meth:`CostModel.allreduce_time_s`). Both default to nothing (free communication, an
+optimistic bound, the paper profile's); a decode step of a few tokens pays mostly the
+latency, a prefill chunk of thousands of tokens mostly the bytes, and GPUs without
+peer-to-peer access (the all-reduce staged through host memory) pay the host link's
+bandwidth instead of NVLink's.
 
 Defaults that are assumptions, not measurements (set them from your own if you have any):
 
@@ -162,8 +170,16 @@ class CostModel:
     flops_efficiency: float = 1.0
     #: Seconds of CPU work per decoding sequence a step adds (sampling, input preparation).
     step_overhead_per_seq_s: float = 0.0
-    #: Seconds per tensor-parallel all-reduce (two per layer; only with ``num_gpus`` > 1).
+    #: Seconds every layer adds to a step whatever its size: the floor of its kernels'
+    #: durations (launch and synchronisation latency a CUDA graph does not remove).
+    layer_overhead_s: float = 0.0
+    #: Seconds per tensor-parallel all-reduce (two per layer; only with ``num_gpus`` > 1):
+    #: its latency, whatever its size.
     allreduce_s: float = 0.0
+    #: Bytes/s per direction per GPU of the link the all-reduces run over (NVLink, or the
+    #: host link where GPUs lack peer-to-peer access); None: the bytes cost nothing, only
+    #: ``allreduce_s`` (the module docstring, "Tensor parallelism").
+    tp_link_bytes_per_s: float | None = None
     #: Whether the simulator passes each step's prefill attention pairs (a prompt's causal
     #: self-attention; the module docstring) or 0, the paper profile's choice.
     prefill_attention: bool = False
@@ -203,6 +219,10 @@ class CostModel:
         _check_seconds_or_rate("step_overhead_per_seq_s", self.step_overhead_per_seq_s,
                                positive=False)
         _check_seconds_or_rate("allreduce_s", self.allreduce_s, positive=False)
+        _check_seconds_or_rate("layer_overhead_s", self.layer_overhead_s, positive=False)
+        if self.tp_link_bytes_per_s is not None:
+            _check_seconds_or_rate("tp_link_bytes_per_s", self.tp_link_bytes_per_s,
+                                   positive=True)
         object.__setattr__(self, "_windowed", self._window_layers())
         object.__setattr__(self, "_active", self.model.active_params)
 
@@ -392,8 +412,24 @@ class CostModel:
         seconds = max(compute_s, memory_s) + self.step_overhead_s
         if self.step_overhead_per_seq_s:
             seconds += self.step_overhead_per_seq_s * num_decode_seqs
-        if self.allreduce_s and self.num_gpus > 1:
-            seconds += 2 * self.model.num_layers * self.allreduce_s
+        if self.layer_overhead_s:
+            seconds += self.layer_overhead_s * self.model.num_layers
+        if self.num_gpus > 1 and (self.allreduce_s or self.tp_link_bytes_per_s):
+            seconds += 2 * self.model.num_layers * self.allreduce_time_s(tokens)
+        return seconds
+
+    def allreduce_time_s(self, tokens: int) -> float:
+        """Seconds of one tensor-parallel all-reduce of a step of ``tokens`` tokens: the
+        latency ``allreduce_s`` plus, with ``tp_link_bytes_per_s``, the bytes each GPU
+        sends over the link (a ring all-reduce of the ``tokens x hidden_size`` activations
+        sends ``2 (N - 1) / N`` of them from each of the ``N`` GPUs). 0 on one GPU."""
+        if self.num_gpus == 1:
+            return 0.0
+        seconds = self.allreduce_s
+        if self.tp_link_bytes_per_s:
+            n = self.num_gpus
+            sent = tokens * self.model.hidden_size * self.model.dtype_bytes * 2 * (n - 1) / n
+            seconds += sent / self.tp_link_bytes_per_s
         return seconds
 
     def swap_time_s(self, num_bytes: int, num_copies: int = 1) -> float:

@@ -20,7 +20,10 @@ run is below saturation) by coordinate descent: each constant in turn is multipl
 factor above and below 1 while that lowers the loss (at most ``max_sweeps`` passes a
 factor), and the factors shrink from 1.3 to 1.03. The constants fitted: the HBM and
 FLOP/s fractions of each GPU the runs used, the fixed and per-sequence step overheads,
-and the all-reduce time when a run used tensor parallelism.
+and the all-reduce latency when a run used tensor parallelism. The per-layer overhead and
+the all-reduce link's bandwidth are kept as the start profile has them: on one model the
+per-layer and the fixed overhead cannot be told apart, and the link's bandwidth shows
+only in the prefill chunks of tensor-parallel runs.
 """
 
 from __future__ import annotations

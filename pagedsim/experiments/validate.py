@@ -19,12 +19,20 @@ How a case is simulated, as ``benchmark_serving`` drove the server:
    workload (``--ignore-eos``), otherwise lognormal draws whose clipped means are the
    workload's published means (ShareGPT's limits: prompt <= 1,023 and prompt + output <=
    2,047 tokens), with the spreads of :mod:`pagedsim.workloads.workload`'s ShareGPT.
-2. Memory: vLLM's defaults (``gpu_memory_utilization`` 0.9 unless the case says, no
-   activations), blocks of 16, the case's ``max_model_len``.
+2. Memory: the pool of ``kv_cache_tokens`` where the case gives it (the "GPU KV cache
+   size" vLLM logged), otherwise vLLM's defaults (``gpu_memory_utilization`` 0.9 unless
+   the case says, no activations); blocks of 16, the case's ``max_model_len``.
 3. Scheduler: the case's ``scheduler`` (``v0``: whole prompts, waiting prompts first;
    ``chunked``: vLLM v1's decodes first and prefill chunks in the token budget),
    ``max_num_batched_tokens`` and ``max_num_seqs``.
-4. Time: :class:`~pagedsim.engine.cost.CostModel` with the profile's constants.
+4. Time: :class:`~pagedsim.engine.cost.CostModel` with the profile's constants; a case
+   whose GPUs lacked peer-to-peer access (vLLM's log said so) gives the latency and the
+   bandwidth its tensor-parallel all-reduces had (``allreduce_s``,
+   ``tp_link_bytes_per_s``) instead of the profile's NVLink figures.
+
+A case with ``"prefix_cached": true`` sent prompts the server had cached from earlier runs
+(the same seeded random prompts, prefix caching on): its TTFT is printed but has no
+target, since the replay cannot know which prompts hit.
 """
 
 from __future__ import annotations
@@ -91,8 +99,8 @@ class CaseResult:
         if err is None or math.isnan(err):
             return None if err is None else False
         if metric == "p50_ttft_ms":
-            if not below_saturation(self.case):
-                return None  # saturated: TTFT is queueing, no target
+            if not below_saturation(self.case) or self.case.get("prefix_cached"):
+                return None  # queueing, or cache hits the replay cannot know: no target
             ratio = err + 1
             return 1 / TTFT_FACTOR <= ratio <= TTFT_FACTOR
         return abs(err) <= TOLERANCE[metric]
@@ -106,6 +114,8 @@ def below_saturation(case: dict[str, Any]) -> bool:
         return True
     workload = case.get("workload")
     lens = workload.get("input_lens") if isinstance(workload, dict) else None
+    if isinstance(workload, dict) and "input_tokens" in workload:  # random: fixed lengths
+        lens = [workload["input_tokens"]] * case["num_prompts"]
     return (lens is not None and len(lens) <= case["max_num_seqs"]
             and sum(lens) <= case["max_num_batched_tokens"])
 
@@ -160,16 +170,24 @@ def simulate_case(case: dict[str, Any], workloads: dict[str, Any] | None,
         workloads = load_measurements()["workloads"]
     model, gpu = get_model(case["model"]), get_gpu(case["gpu"])
     num_gpus, max_len = case["num_gpus"], case["max_model_len"]
-    capacity = kv_budget(model, gpu, gpu_memory_utilization=case.get(
-        "gpu_memory_utilization", 0.9), activation_bytes=0, block_size=16,
-        num_gpus=num_gpus).max_tokens
+    # The pool vLLM logged ("GPU KV cache size: N tokens") where the case gives it: vLLM's
+    # own profiling run sized it, which kv_budget (no activations) would overestimate.
+    capacity = case.get("kv_cache_tokens") or kv_budget(
+        model, gpu, gpu_memory_utilization=case.get("gpu_memory_utilization", 0.9),
+        activation_bytes=0, block_size=16, num_gpus=num_gpus).max_tokens
     config = SchedulerConfig(max_num_seqs=case["max_num_seqs"],
                              max_num_batched_tokens=case["max_num_batched_tokens"],
                              policy=case["scheduler"], max_model_len=max_len,
                              num_scheduler_steps=case.get("num_scheduler_steps", 1))
     alloc = make_allocator("paged", capacity, 16, max_len, model=model,
                            max_num_seqs=config.max_num_seqs)
-    cost = CostModel(model, gpu, num_gpus=num_gpus, **profile.cost_kwargs(gpu.name))
+    kwargs = profile.cost_kwargs(gpu.name)
+    for key in ("tp_link_bytes_per_s", "allreduce_s"):
+        # The case's GPUs lacked NVLink peer-to-peer access (vLLM's log says so): its
+        # all-reduces ran slower, and over a slower link, than the profile's NVLink.
+        if case.get(key) is not None:
+            kwargs[key] = float(case[key])
+    cost = CostModel(model, gpu, num_gpus=num_gpus, **kwargs)
     result = simulate(case_requests(case, workloads), alloc, cost, config, scheme="paged",
                       progress=False, keep_steps=KeepSteps.none())
     summary = summarize(result)

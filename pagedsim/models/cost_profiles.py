@@ -4,7 +4,8 @@ beside the GPU presets) or from a file a user wrote (``--cost-profile FILE``).
 
 A profile holds, per GPU preset, the achieved fractions of peak HBM bandwidth and peak
 FLOP/s, and, for every GPU, the per-step CPU overhead (fixed, and per decoding sequence),
-the seconds of one tensor-parallel all-reduce, and whether a prompt's own attention is
+the seconds of one tensor-parallel all-reduce and, per GPU preset, the bandwidth of the
+link it runs over (``tp_link_bytes_per_s``), and whether a prompt's own attention is
 charged (``prefill_attention``). Each constant names the public source
 it came from in the profile's ``sources``.
 
@@ -65,6 +66,11 @@ class CostProfile:
     step_overhead_per_seq_s: float = 0.0
     allreduce_s: float = 0.0
     prefill_attention: bool = False
+    #: Seconds a step adds per layer of the model (the floor of its kernels' durations).
+    layer_overhead_s: float = 0.0
+    #: Per GPU preset (``"*"``: any other), the bytes/s per direction of the link its
+    #: tensor-parallel all-reduces run over; a GPU not named: bytes cost nothing.
+    tp_link_bytes_per_s: dict[str, float] = field(default_factory=dict)
     description: str = ""
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -78,8 +84,18 @@ class CostProfile:
                                        f"names to fractions, got {table!r}")
             for gpu, value in table.items():
                 _fraction(f"cost profile {self.name!r}: {key}[{gpu!r}]", value)
-        for key in ("step_overhead_s", "step_overhead_per_seq_s", "allreduce_s"):
+        for key in ("step_overhead_s", "step_overhead_per_seq_s", "allreduce_s",
+                    "layer_overhead_s"):
             _seconds(f"cost profile {self.name!r}: {key}", getattr(self, key))
+        if not isinstance(self.tp_link_bytes_per_s, dict):
+            raise CostProfileError(f"cost profile {self.name!r}: tp_link_bytes_per_s must "
+                                   f"map GPU names to bytes/s, got {self.tp_link_bytes_per_s!r}")
+        for gpu, value in self.tp_link_bytes_per_s.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value <= 0:
+                raise CostProfileError(f"cost profile {self.name!r}: tp_link_bytes_per_s"
+                                       f"[{gpu!r}] must be a number of bytes/s > 0, "
+                                       f"got {value!r}")
         if not isinstance(self.prefill_attention, bool):
             raise CostProfileError(f"cost profile {self.name!r}: prefill_attention must be "
                                    f"true or false, got {self.prefill_attention!r}")
@@ -97,14 +113,21 @@ class CostProfile:
                                        f"GPU {gpu!r}; it knows {', '.join(sorted(table))}")
         return out[0], out[1]
 
-    def cost_kwargs(self, gpu: str) -> dict[str, float]:
+    def cost_kwargs(self, gpu: str) -> dict[str, Any]:
         """The :class:`~pagedsim.engine.cost.CostModel` fields this profile sets on ``gpu``."""
         hbm, flops = self.efficiencies(gpu)
-        return {"hbm_efficiency": hbm, "flops_efficiency": flops,
-                "step_overhead_s": self.step_overhead_s,
-                "step_overhead_per_seq_s": self.step_overhead_per_seq_s,
-                "allreduce_s": self.allreduce_s,
-                "prefill_attention": self.prefill_attention}
+        links = self.tp_link_bytes_per_s
+        kwargs: dict[str, Any] = {
+            "hbm_efficiency": hbm, "flops_efficiency": flops,
+            "step_overhead_s": self.step_overhead_s,
+            "step_overhead_per_seq_s": self.step_overhead_per_seq_s,
+            "allreduce_s": self.allreduce_s, "prefill_attention": self.prefill_attention}
+        if self.layer_overhead_s:  # 0: left at CostModel's default
+            kwargs["layer_overhead_s"] = self.layer_overhead_s
+        link = links.get(gpu, links.get("*"))
+        if link is not None:  # absent: left at CostModel's default (bytes cost nothing)
+            kwargs["tp_link_bytes_per_s"] = float(link)
+        return kwargs
 
     def to_json(self) -> dict[str, Any]:
         """The profile as the data file writes it."""
@@ -114,11 +137,14 @@ class CostProfile:
                 "step_overhead_s": self.step_overhead_s,
                 "step_overhead_per_seq_s": self.step_overhead_per_seq_s,
                 "allreduce_s": self.allreduce_s, "prefill_attention": self.prefill_attention,
+                "layer_overhead_s": self.layer_overhead_s,
+                "tp_link_bytes_per_s": dict(self.tp_link_bytes_per_s),
                 "sources": dict(self.sources)}
 
 
 _KEYS = {"name", "description", "hbm_efficiency", "flops_efficiency", "step_overhead_s",
-         "step_overhead_per_seq_s", "allreduce_s", "prefill_attention", "sources"}
+         "step_overhead_per_seq_s", "allreduce_s", "prefill_attention",
+         "layer_overhead_s", "tp_link_bytes_per_s", "sources"}
 
 
 def profile_from_json(entry: object, where: str) -> CostProfile:

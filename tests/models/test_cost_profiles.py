@@ -46,14 +46,45 @@ def test_vllm_profile_slows_steps_and_charges_tensor_parallelism() -> None:
     one = CostModel(model, gpu, num_gpus=4, **vllm.cost_kwargs(gpu.name))
     plain = CostModel(model, gpu, num_gpus=4)
     assert one.step_time_s(0, 8, 8_000) > plain.step_time_s(0, 8, 8_000)
-    no_ar = CostModel(model, gpu, num_gpus=4,
-                      **{**vllm.cost_kwargs(gpu.name), "allreduce_s": 0.0})
+    free = {**vllm.cost_kwargs(gpu.name), "allreduce_s": 0.0, "tp_link_bytes_per_s": None}
+    no_ar = CostModel(model, gpu, num_gpus=4, **free)
     extra = one.step_time_s(0, 8, 8_000) - no_ar.step_time_s(0, 8, 8_000)
-    assert extra == pytest.approx(2 * model.num_layers * vllm.allreduce_s)
+    assert extra == pytest.approx(2 * model.num_layers * one.allreduce_time_s(8))
     single = CostModel(model, gpu, num_gpus=1, **vllm.cost_kwargs(gpu.name))
-    single_no_ar = CostModel(model, gpu, num_gpus=1,
-                             **{**vllm.cost_kwargs(gpu.name), "allreduce_s": 0.0})
+    single_no_ar = CostModel(model, gpu, num_gpus=1, **free)
     assert single.step_time_s(0, 8, 8_000) == single_no_ar.step_time_s(0, 8, 8_000)
+
+
+def test_an_allreduce_costs_its_latency_plus_its_bytes_over_the_link() -> None:
+    """Ring all-reduce: each of N GPUs sends 2 (N - 1) / N of the tokens x hidden x dtype
+    activations; a prefill chunk of thousands of tokens pays for its bytes, a decode step
+    of a few tokens mostly for the latency."""
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("a100-80gb")
+    cost = CostModel(model, gpu, num_gpus=4, allreduce_s=1e-5, tp_link_bytes_per_s=100e9)
+    activations = 2048 * model.hidden_size * model.dtype_bytes
+    assert cost.allreduce_time_s(2048) == pytest.approx(1e-5 + activations * 1.5 / 100e9)
+    assert cost.allreduce_time_s(1) < 1.02e-5  # one token: 12 KiB, 0.12 us over the link
+    plain = CostModel(model, gpu, num_gpus=4)
+    assert cost.step_time_s(2048, 0, 0) - plain.step_time_s(2048, 0, 0) \
+        == pytest.approx(2 * model.num_layers * cost.allreduce_time_s(2048))
+    two = CostModel(model, gpu, num_gpus=2, tp_link_bytes_per_s=100e9)
+    assert two.allreduce_time_s(2048) == pytest.approx(activations / 100e9)  # 2 (2-1)/2 = 1
+    one = CostModel(model, gpu, num_gpus=1, allreduce_s=1e-5, tp_link_bytes_per_s=100e9)
+    assert one.allreduce_time_s(2048) == 0.0
+    with pytest.raises(ValueError, match="tp_link_bytes_per_s"):
+        CostModel(model, gpu, tp_link_bytes_per_s=0.0)
+
+
+def test_layer_overhead_adds_per_layer_to_every_step() -> None:
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-80gb")
+    cost = CostModel(model, gpu, layer_overhead_s=5e-5)
+    base = CostModel(model, gpu)
+    for step in ((0, 1, 100), (512, 0, 0), (0, 64, 64_000)):
+        assert cost.step_time_s(*step) - base.step_time_s(*step) \
+            == pytest.approx(model.num_layers * 5e-5)
+    assert cost.step_time_s(0, 0, 0) == 0.0  # an empty step still costs nothing
+    assert cost.decode_steps_s(8, 800, 3) == [cost.step_time_s(0, 8, 800 + 8 * k)
+                                              for k in range(3)]
 
 
 def test_per_sequence_overhead_grows_with_the_batch() -> None:
@@ -70,7 +101,8 @@ def test_per_sequence_overhead_grows_with_the_batch() -> None:
 @pytest.mark.parametrize("field, value", [("hbm_efficiency", 0.0), ("hbm_efficiency", 1.5),
                                           ("flops_efficiency", -1),
                                           ("step_overhead_per_seq_s", -1e-6),
-                                          ("allreduce_s", float("nan"))])
+                                          ("allreduce_s", float("nan")),
+                                          ("layer_overhead_s", -1e-6)])
 def test_cost_model_refuses_bad_constants(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         CostModel(get_model("opt-13b"), get_gpu("a100-40gb"), **{field: value})
@@ -78,6 +110,7 @@ def test_cost_model_refuses_bad_constants(field: str, value: float) -> None:
 
 def test_profile_file_round_trip_and_refusals(tmp_path) -> None:
     profile = CostProfile("mine", {"*": 0.7}, {"a100-80gb": 0.5}, 0.001, 2e-6, 3e-5,
+                          layer_overhead_s=4e-5, tp_link_bytes_per_s={"*": 2e11},
                           sources={"hbm_efficiency": "my runs"})
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(profile.to_json()))
@@ -91,6 +124,10 @@ def test_profile_file_round_trip_and_refusals(tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**profile.to_json(), "hbm_efficiency": {"*": 2}}))
     with pytest.raises(CostProfileError, match=r"hbm_efficiency\['\*'\]"):
+        get_cost_profile(str(bad))
+    assert profile.cost_kwargs("a100-80gb")["tp_link_bytes_per_s"] == 2e11
+    bad.write_text(json.dumps({**profile.to_json(), "tp_link_bytes_per_s": {"*": 0}}))
+    with pytest.raises(CostProfileError, match=r"tp_link_bytes_per_s\['\*'\]"):
         get_cost_profile(str(bad))
     bad.write_text(json.dumps({**profile.to_json(), "speed": 3}))
     with pytest.raises(CostProfileError, match="unknown field"):
