@@ -40,6 +40,8 @@ from .wire import WireError, recv, safe_loads, send
 
 #: Bytes of the student's printed output kept (the rest is counted, then dropped).
 OUTPUT_CAP_BYTES = 64 * 2**10
+#: Seconds a worker whose channel broke is given to end by itself (its status is then its own).
+DEATH_WAIT_S = 1.0
 #: Seconds between two looks at what the worker's whole process tree uses.
 WATCH_PERIOD_S = 0.25
 _CALLABLES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType)
@@ -172,6 +174,13 @@ class Worker:
         """The error for a worker that ended ``what`` (its tree is killed); when it ended
         importing the student's module (``op`` "import"), no other is started."""
         proc = self._proc
+        if proc is not None:
+            # A channel that closed is usually a process on its way out: its own status
+            # (exit 0, a signal) says more than the kill below would.
+            try:
+                proc.wait(timeout=DEATH_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
         self.close()
         status = proc.returncode if proc is not None else None
         if self.stopped_why:  # the watch above: say which limit

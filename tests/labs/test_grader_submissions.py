@@ -180,10 +180,10 @@ def test_a_file_the_parser_cannot_take_scores_zero_with_one_line(line: str,
     assert "\n" not in result.message
 
 
-@pytest.mark.parametrize("ending", ["import os\nos._exit(0)\n",
-                                    "import os\nos.abort()\n"])
+@pytest.mark.parametrize(("ending", "status"), [("import os\nos._exit(0)\n", "exit status 0"),
+                                                ("import os\nos._exit(3)\n", "exit status 3")])
 def test_a_module_that_ends_its_process_at_import_is_imported_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str, status: str) -> None:
     """A student module that ends its process while being imported fails every later call
     at once, saying so: a new process would end the same way, and a property test's
     shrinking used to start dozens of them (a minute per grade)."""
@@ -200,8 +200,9 @@ def test_a_module_that_ends_its_process_at_import_is_imported_once(
     monkeypatch.setattr(worker, "_start", lambda: (starts.append(1), start())[1])
     try:
         with pytest.raises(WorkerError, match="while importing your module; it was not "
-                                              "started again"):
+                                              "started again") as first:
             worker.request("import", "budget_lab")
+        assert f"({status})" in str(first.value)  # its own ending, not the cleanup's kill
         for _ in range(3):
             with pytest.raises(WorkerError, match="while importing your module"):
                 worker.request("import", "budget_lab")
