@@ -106,7 +106,12 @@ class TokenGaps:
         """``mean_s``, ``std_s`` and ``p<q>_s`` for each ``q`` in ``percentiles`` over
         every gap (NaN without one): numpy's ``mean``, ``std`` and ``percentile`` (linear
         interpolation) of :meth:`values` to rounding, without expanding them."""
-        gaps, counts = self.pairs()
+        # Views of the arrays, not copies (a million-request run holds millions of pairs):
+        # the sort below makes the only new arrays.
+        # (A view must be gone before the next append, which would otherwise fail: these
+        # live only in this call.)
+        gaps = np.frombuffer(self._gaps_s, dtype=np.float64)
+        counts = np.frombuffer(self._counts, dtype=np.int64)
         total = int(counts.sum())
         out = {"mean_s": math.nan, "std_s": math.nan}
         out.update({f"p{q:g}_s": math.nan for q in percentiles})
