@@ -20,6 +20,17 @@ class WorkerError(RuntimeError):
     """The student's process ended, ran past a limit or broke the channel's rules."""
 
 
+class CallTimedOut(BaseException):
+    """A call into the student's code ran past its time limit, and its process was
+    stopped.
+
+    A ``BaseException`` and not an ``Exception`` on purpose: hypothesis treats an
+    ``Exception`` as a failure to shrink, and runs the test again on smaller inputs, each
+    of which may hang as long again; a few such retries used up the whole grading time,
+    and every later task scored 0. This one ends its test at once (failed, with this
+    message), and the next test starts a fresh process."""
+
+
 def tensor(dtype: object, shape: object, device: object, raw: object) -> object:
     """The tensor the worker described (on the same CUDA device when there is one here)."""
     import torch

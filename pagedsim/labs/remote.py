@@ -33,7 +33,7 @@ import types
 from pathlib import Path
 
 from . import tree
-from .answers import WorkerError, exception, tensor
+from .answers import CallTimedOut, WorkerError, exception, tensor
 from .guard import BOOT
 from .live import LIVE, LiveMixin
 from .wire import WireError, recv, safe_loads, send
@@ -58,14 +58,16 @@ class Worker:
         self.output = bytearray()
         self.output_total_bytes = 0
         #: Why no worker is started again ("" while one may be): one refused to run the
-        #: student's code, or the student's module ended its process while it was being
-        #: imported (a new process would import it again and end the same way, and a
-        #: property test's shrinking would start dozens of them).
+        #: student's code, or the student's module ended its process, or ran past the
+        #: time limit, while it was being imported (a new process would import it again
+        #: and end the same way, and a property test's shrinking would start dozens).
         self.refused = ""
         #: Why the watch of the worker's tree stopped it ("" while it has not).
         self.stopped_why = ""
         self._proc: subprocess.Popen | None = None
         self._callbacks: dict[int, object] = {}
+        #: The request under way (its op and arguments), named in a time-out's message.
+        self._call: tuple[str, tuple] = ("", ())
         self._released: list[int] = []
         #: (type name, attribute) pairs known to be methods: called in one request.
         self.methods: set[tuple[str, str]] = set()
@@ -204,6 +206,7 @@ class Worker:
         if self._proc is None:
             self._start()
         released, self._released = self._released, []
+        self._call = (op, args)
         try:
             send(self._send_fd, self._encode(("req", op, args, released)))
         except OSError:
@@ -217,8 +220,13 @@ class Worker:
             ready, _, _ = select.select([self._recv_fd], [], [], limit_s)
             if not ready:
                 self.close()
-                raise WorkerError(f"your code ran longer than {limit_s:g} s {what} and was "
-                                  "stopped")
+                message = (f"your code ran longer than {limit_s:g} s {what}"
+                           f"{_call_text(*self._call)} and was stopped")
+                if op == "import":  # a module that hangs at import hangs every time
+                    self.refused = (f"{message}, while importing your module; it was not "
+                                    "started again, since it would hang the same way")
+                    raise CallTimedOut(self.refused)
+                raise CallTimedOut(message)
             try:
                 message = safe_loads(recv(self._recv_fd), self._resolve)
             except WireError as exc:
@@ -305,6 +313,37 @@ class _Pickler(pickle.Pickler):
 _BY_NAME = ("torch", "copyreg", "builtins", "collections", "numpy", "_codecs", "functools")
 
 
+def _call_text(op: str, args: tuple) -> str:
+    """`` (NAME called with ARGS)`` for a call request (a function's name is not known
+    here: `` (called with ARGS)``), its plain arguments shown (ints, floats, strings,
+    short tuples and lists of them; anything else as ``...``, since asking a stopped
+    worker for a repr would start another), or "" for any other request."""
+    if op == "callmethod" and len(args) == 4:
+        name, call_args, kwargs = str(args[1]), args[2], args[3]
+    elif op == "call" and len(args) == 3:
+        name, call_args, kwargs = "", args[1], args[2]
+    else:
+        return ""
+    shown = [_plain(a) for a in call_args] if isinstance(call_args, tuple) else ["..."]
+    if isinstance(kwargs, dict):
+        shown += [f"{k}={_plain(v)}" for k, v in kwargs.items()]
+    return f" ({name + ' ' if name else ''}called with {', '.join(shown) or 'no arguments'})"
+
+
+def _plain(value: object, depth: int = 0) -> str:
+    """A short repr of a plain value, ``...`` for anything else (see :func:`_call_text`)."""
+    if value is None or type(value) in (bool, int, float):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if type(value) is str:
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if type(value) in (tuple, list) and depth < 2 and len(value) <= 8:
+        inner = ", ".join(_plain(v, depth + 1) for v in value)
+        return f"({inner}{',' if len(value) == 1 else ''})" if type(value) is tuple \
+            else f"[{inner}]"
+    return "..."
+
+
 def _graders_own(func: object) -> bool:
     """Is ``func`` to be called back in this process (every function and method of the
     graders, pagedsim's included, so that what it changes is changed here) rather than
@@ -384,7 +423,7 @@ class Remote:
     def __repr__(self) -> str:
         try:
             return str(self._ask("dunder", "__repr__", ()))
-        except Exception:  # noqa: BLE001 - a repr must not raise in a failure report
+        except (Exception, CallTimedOut):  # noqa: BLE001 - a repr must not raise in a report
             return f"<your {self._type}>"
 
 

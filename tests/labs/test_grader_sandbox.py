@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -215,5 +216,51 @@ def test_a_call_past_its_limit_or_the_memory_fails_its_test_only(
     result = grade(1, labs_dir=labs, timeout_s=120)
     first, second = result.tasks
     assert (first.passed, first.tests) == (1, 2), result.table()
-    assert "your code ran longer than 3 s in this call and was stopped" in first.output
+    assert ("your code ran longer than 3 s in this call (called with no arguments) and was "
+            "stopped") in first.output
     assert (second.passed, second.tests) == (0, 1) and "MemoryError" in second.output
+
+
+_HANG_TESTS = '''\
+import adapters
+import pytest
+from hypothesis import given, settings, strategies as st
+
+
+@pytest.mark.lab1_1
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(st.integers(0, 1000))
+def test_hangs_from_five_on(x):
+    assert adapters.toy.value(x) == x
+
+
+@pytest.mark.lab1_1
+def test_fine_after_it():
+    assert adapters.toy.value(1) == 1
+'''
+
+
+def test_a_hung_call_in_a_property_test_is_not_retried_to_shrink(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A property test whose call hangs fails at its first hang: hypothesis does not run
+    it again on smaller inputs to shrink the failure (each retry would hang as long, and a
+    few used up the grading time, zeroing every later task); the next test passes."""
+    from test_labs import _toy_lab
+
+    from pagedsim.labs import grade, grading
+
+    monkeypatch.setattr(grading, "CALL_LIMIT_S", 2.0)
+    labs = _toy_lab(tmp_path, _HANG_TESTS)
+    (labs / "lab1_toy" / "toy.py").write_text(
+        "def value(x):\n    # BEGIN SOLUTION lab 1.1: hang\n    while x >= 5:\n        pass\n"
+        "    return x\n    # END SOLUTION\n")
+    (labs / "lab1_toy" / "adapters.py").write_text("import toy\n")
+    result = grade(1, labs_dir=labs, timeout_s=40)
+    first = result.tasks[0]
+    assert result.message == "", result.table()
+    assert (first.passed, first.tests) == (1, 2), result.table()
+    # The first input that hung (hypothesis draws 5 or more soon), named in the message.
+    hung = re.search(r"your code ran longer than 2 s in this call \(called with (\d+)\) and "
+                     r"was stopped", first.output)
+    assert hung is not None and int(hung.group(1)) >= 5, first.output
+    assert "smallest input" not in first.output  # no shrinking: one hang, not dozens

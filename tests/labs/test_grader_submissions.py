@@ -209,3 +209,30 @@ def test_a_module_that_ends_its_process_at_import_is_imported_once(
     finally:
         worker.close()
     assert len(starts) == 1
+
+
+def test_a_module_that_hangs_at_import_is_imported_once(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A student module that runs past the call limit while being imported is stopped
+    once; every later call fails at once, saying why, instead of hanging as long again."""
+    from pagedsim.labs.answers import CallTimedOut, WorkerError
+    from pagedsim.labs.grading import _worker_config
+    from pagedsim.labs.remote import Worker
+
+    folder = tmp_path / "work"
+    folder.mkdir()
+    (folder / "budget_lab.py").write_text("while True:\n    pass\n", encoding="utf-8")
+    config = {**_worker_config(get_lab(1, LABS), folder, 60), "call_limit_s": 1.0}
+    worker = Worker(config)
+    starts = []
+    start = worker._start
+    monkeypatch.setattr(worker, "_start", lambda: (starts.append(1), start())[1])
+    try:
+        with pytest.raises(CallTimedOut, match="ran longer than 1 s in this call and was "
+                                               "stopped, while importing your module"):
+            worker.request("import", "budget_lab")
+        with pytest.raises(WorkerError, match="it was not started again"):
+            worker.request("import", "budget_lab")
+    finally:
+        worker.close()
+    assert len(starts) == 1
