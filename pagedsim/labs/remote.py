@@ -316,7 +316,7 @@ _BY_NAME = ("torch", "copyreg", "builtins", "collections", "numpy", "_codecs", "
 def _call_text(op: str, args: tuple) -> str:
     """`` (NAME called with ARGS)`` for a call request (a function's name is not known
     here: `` (called with ARGS)``), its plain arguments shown (ints, floats, strings,
-    short tuples and lists of them; anything else as ``...``, since asking a stopped
+    short tuples and lists of them; anything else by its type, since asking a stopped
     worker for a repr would start another), or "" for any other request."""
     if op == "callmethod" and len(args) == 4:
         name, call_args, kwargs = str(args[1]), args[2], args[3]
@@ -331,7 +331,9 @@ def _call_text(op: str, args: tuple) -> str:
 
 
 def _plain(value: object, depth: int = 0) -> str:
-    """A short repr of a plain value, ``...`` for anything else (see :func:`_call_text`)."""
+    """A short repr of a plain value; of anything else, what it is (``<your Seq>`` for an
+    object of the student's process, ``a LabModel`` for one of the graders'), without
+    calling its ``repr`` (see :func:`_call_text`)."""
     if value is None or type(value) in (bool, int, float):
         text = repr(value)
         return text if len(text) <= 40 else text[:37] + "..."
@@ -341,7 +343,9 @@ def _plain(value: object, depth: int = 0) -> str:
         inner = ", ".join(_plain(v, depth + 1) for v in value)
         return f"({inner}{',' if len(value) == 1 else ''})" if type(value) is tuple \
             else f"[{inner}]"
-    return "..."
+    if isinstance(value, Remote):
+        return f"<your {object.__getattribute__(value, '_type')}>"
+    return f"a {type(value).__name__}"
 
 
 def _graders_own(func: object) -> bool:

@@ -264,3 +264,25 @@ def test_a_hung_call_in_a_property_test_is_not_retried_to_shrink(
                      r"was stopped", first.output)
     assert hung is not None and int(hung.group(1)) >= 5, first.output
     assert "smallest input" not in first.output  # no shrinking: one hang, not dozens
+
+
+def test_a_time_out_names_the_call_without_asking_the_stopped_worker() -> None:
+    """The arguments of the call that ran past its limit: plain values as they are, long
+    ones cut, and anything else by what it is, never by its repr (a student object's repr
+    would need the stopped worker)."""
+    from dataclasses import dataclass
+
+    from pagedsim.labs.remote import _call_text
+
+    @dataclass
+    class LabModel:
+        num_layers: int
+
+    assert _call_text("callmethod", (7, "append_slot", (3, "a"), {"n": 2})) == (
+        " (append_slot called with 3, 'a', n=2)")
+    assert _call_text("call", (7, ((1, 2.5), [None, True]), {})) == (
+        " (called with (1, 2.5), [None, True])")
+    assert _call_text("call", (7, (LabModel(3),), {})) == " (called with a LabModel)"
+    assert _call_text("call", (7, ("x" * 100,), {})) == f" (called with '{'x' * 37}...')"
+    assert _call_text("call", (7, (), {})) == " (called with no arguments)"
+    assert _call_text("getattr", (7, "table")) == ""
