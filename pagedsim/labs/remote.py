@@ -66,8 +66,6 @@ class Worker:
         self.stopped_why = ""
         self._proc: subprocess.Popen | None = None
         self._callbacks: dict[int, object] = {}
-        #: The request under way (its op and arguments), named in a time-out's message.
-        self._call: tuple[str, tuple] = ("", ())
         self._released: list[int] = []
         #: (type name, attribute) pairs known to be methods: called in one request.
         self.methods: set[tuple[str, str]] = set()
@@ -192,10 +190,15 @@ class Worker:
                    else f"exit status {status}")
             message = f"your code's process ended {what} ({how})"
         if op == "import":
-            self.refused = (f"{message}, while importing your module; it was not started "
-                            "again, since it would end the same way")
-            return WorkerError(self.refused)
+            message = self._no_restart(message, "end")
         return WorkerError(message)
+
+    def _no_restart(self, message: str, how: str) -> str:
+        """``message`` about the import of the student's module, which ended or hung
+        (``how``: "end", "hang"); kept as :attr:`refused`, so no worker is started again."""
+        self.refused = (f"{message}, while importing your module; it was not started again, "
+                        f"since it would {how} the same way")
+        return self.refused
 
     # -- requests
     def request(self, op: str, *args: object) -> object:
@@ -206,26 +209,23 @@ class Worker:
         if self._proc is None:
             self._start()
         released, self._released = self._released, []
-        self._call = (op, args)
         try:
             send(self._send_fd, self._encode(("req", op, args, released)))
         except OSError:
             raise self._died("before answering", op) from None
-        return self._finish(self._wait(self.config["call_limit_s"], "in this call", op))
+        return self._finish(self._wait(self.config["call_limit_s"], "in this call", op, args))
 
-    def _wait(self, limit_s: float, what: str, op: str = "") -> tuple:
-        """The next reply to request ``op``; runs the grader callbacks the worker asks
-        for meanwhile."""
+    def _wait(self, limit_s: float, what: str, op: str = "", args: tuple = ()) -> tuple:
+        """The next reply to request ``op`` (of ``args``, named if it times out); runs the
+        grader callbacks the worker asks for meanwhile."""
         while True:
             ready, _, _ = select.select([self._recv_fd], [], [], limit_s)
             if not ready:
                 self.close()
                 message = (f"your code ran longer than {limit_s:g} s {what}"
-                           f"{_call_text(*self._call)} and was stopped")
+                           f"{_call_text(op, args)} and was stopped")
                 if op == "import":  # a module that hangs at import hangs every time
-                    self.refused = (f"{message}, while importing your module; it was not "
-                                    "started again, since it would hang the same way")
-                    raise CallTimedOut(self.refused)
+                    message = self._no_restart(message, "hang")
                 raise CallTimedOut(message)
             try:
                 message = safe_loads(recv(self._recv_fd), self._resolve)

@@ -93,25 +93,28 @@ class TokenGaps:
         return int(np.frombuffer(self._counts, dtype=np.int64).sum()) if self._counts else 0
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(gaps_s, counts)``: each distinct-per-step gap and how many had it."""
-        return (np.frombuffer(self._gaps_s, dtype=np.float64).copy(),
-                np.frombuffer(self._counts, dtype=np.int64).copy())
+        """``(gaps_s, counts)``: each distinct-per-step gap and how many had it (copies)."""
+        gaps, counts = self._views()
+        return gaps.copy(), counts.copy()
+
+    def _views(self) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs as views of the arrays, not copies (a million-request run holds
+        millions of them), for this object's own calls that make new arrays from them. A
+        view must be gone before the next append, which would otherwise fail: callers
+        keep them only while they run."""
+        return (np.frombuffer(self._gaps_s, dtype=np.float64),
+                np.frombuffer(self._counts, dtype=np.int64))
 
     def values(self) -> np.ndarray:
         """Every gap, expanded (seconds; as many as :attr:`count`)."""
-        gaps, counts = self.pairs()
+        gaps, counts = self._views()
         return np.repeat(gaps, counts)
 
     def stats(self, percentiles: Sequence[float] = (50, 99)) -> dict[str, float]:
         """``mean_s``, ``std_s`` and ``p<q>_s`` for each ``q`` in ``percentiles`` over
         every gap (NaN without one): numpy's ``mean``, ``std`` and ``percentile`` (linear
         interpolation) of :meth:`values` to rounding, without expanding them."""
-        # Views of the arrays, not copies (a million-request run holds millions of pairs):
-        # the sort below makes the only new arrays.
-        # (A view must be gone before the next append, which would otherwise fail: these
-        # live only in this call.)
-        gaps = np.frombuffer(self._gaps_s, dtype=np.float64)
-        counts = np.frombuffer(self._counts, dtype=np.int64)
+        gaps, counts = self._views()  # the sort below makes the only new arrays
         total = int(counts.sum())
         out = {"mean_s": math.nan, "std_s": math.nan}
         out.update({f"p{q:g}_s": math.nan for q in percentiles})
