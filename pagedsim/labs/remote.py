@@ -35,7 +35,7 @@ from pathlib import Path
 from . import tree
 from .answers import CallTimedOut, WorkerError, exception, tensor
 from .guard import BOOT
-from .live import LIVE, LiveMixin
+from .live import LIVE
 from .wire import WireError, recv, safe_loads, send
 
 #: Bytes of the student's printed output kept (the rest is counted, then dropped).
@@ -55,6 +55,8 @@ class Worker:
         #: Which process handles belong to: one more each time a worker ends.
         self.generation = 1
         self.notes: list[str] = []
+        #: Requests sent so far (a handle's fields hold until the next one).
+        self.requests = 0
         self.output = bytearray()
         self.output_total_bytes = 0
         #: Why no worker is started again ("" while one may be): one refused to run the
@@ -69,9 +71,15 @@ class Worker:
         self._released: list[int] = []
         #: (type name, attribute) pairs known to be methods: called in one request.
         self.methods: set[tuple[str, str]] = set()
-        #: (handle, attribute) -> the list/dict/set read from it since the last request
-        #: that was not such a read: the student's state cannot change in between, and
-        #: pagedsim's views read every block's reference count at every step.
+        #: Requests sent so far, and the count when the student's code last ran (or
+        #: may have: every request but a read of a stored attribute runs some).
+        self.requests = 0
+        self.changed_at = 0
+        #: (handle, attribute) -> what reading it answered, for the attributes read since
+        #: the student's code last ran that the worker read from the instance without
+        #: running any (its dict, its slots): they cannot have changed in between, and
+        #: the graders read the same ones at every step (pagedsim's views, every block's
+        #: reference count).
         self.reads: dict[tuple[int, str], object] = {}
 
     # -- the process
@@ -202,8 +210,9 @@ class Worker:
 
     # -- requests
     def request(self, op: str, *args: object) -> object:
+        self.requests += 1
         if op != "getattr":
-            self.reads.clear()
+            self._code_runs()
         if self.refused:
             raise WorkerError(self.refused)
         if self._proc is None:
@@ -213,7 +222,20 @@ class Worker:
             send(self._send_fd, self._encode(("req", op, args, released)))
         except OSError:
             raise self._died("before answering", op) from None
-        return self._finish(self._wait(self.config["call_limit_s"], "in this call", op, args))
+        reply = self._wait(self.config["call_limit_s"], "in this call", op, args)
+        value = self._finish(reply)
+        if op == "getattr":
+            if len(reply) == 3:  # read from the instance: no code ran
+                self.reads[(args[0], args[1])] = value
+            else:  # a property (or the like) ran the student's code
+                self._code_runs()
+        return value
+
+    def _code_runs(self) -> None:
+        """The student's code runs (or may) in the request under way: what was read before
+        may have changed. (What this request's reply brings was read after it ran.)"""
+        self.changed_at = self.requests
+        self.reads.clear()
 
     def _wait(self, limit_s: float, what: str, op: str = "", args: tuple = ()) -> tuple:
         """The next reply to request ``op`` (of ``args``, named if it times out); runs the
@@ -236,6 +258,8 @@ class Worker:
             if message[0] != "cb":
                 return message
             self._run_callback(message)
+            self.requests += 1  # the student's code goes on after the callback
+            self._code_runs()
 
     def _run_callback(self, message: tuple) -> None:
         try:
@@ -246,7 +270,7 @@ class Worker:
         send(self._send_fd, self._encode(reply))
 
     def _finish(self, message: tuple) -> object:
-        if message[0] == "ok" and len(message) == 2:
+        if message[0] == "ok" and (len(message) == 2 or message[2:] == ("stored",)):
             return message[1]
         if message[0] == "err" and len(message) == 4:
             raise exception(*message[1:])
@@ -276,6 +300,8 @@ class Worker:
         kind = tag[0]
         if kind == "h" and len(tag) == 3 and type(tag[1]) is int:
             return Remote(self, tag[1], str(tag[2]))
+        if kind == "h" and len(tag) == 4 and type(tag[1]) is int and _fields_ok(tag[3]):
+            return Remote(self, tag[1], str(tag[2]), tag[3])
         if kind == "m" and len(tag) == 3 and type(tag[1]) is int and type(tag[2]) is str:
             return RemoteMethod(self, tag[1], tag[2])
         if kind == "cb" and len(tag) == 2 and tag[1] in self._callbacks:
@@ -348,6 +374,13 @@ def _plain(value: object, depth: int = 0) -> str:
     return f"a {type(value).__name__}"
 
 
+def _fields_ok(fields: object) -> bool:
+    """Is ``fields`` what a handle's fields must be: a dict of names to plain values?"""
+    return type(fields) is dict and all(
+        type(k) is str and type(v) in (type(None), bool, int, float, str)
+        for k, v in fields.items())
+
+
 def _graders_own(func: object) -> bool:
     """Is ``func`` to be called back in this process (every function and method of the
     graders, pagedsim's included, so that what it changes is changed here) rather than
@@ -361,13 +394,19 @@ def _graders_own(func: object) -> bool:
 class Remote:
     """An object that lives in the worker; every use is a request."""
 
-    __slots__ = ("_w", "_id", "_gen", "_type", "__weakref__")
+    __slots__ = ("_w", "_id", "_gen", "_type", "_fields", "_asked", "__weakref__")
 
-    def __init__(self, worker: Worker, handle: int, type_name: str) -> None:
+    def __init__(self, worker: Worker, handle: int, type_name: str,
+                 fields: dict[str, object] | None = None) -> None:
         object.__setattr__(self, "_w", worker)
         object.__setattr__(self, "_id", handle)
         object.__setattr__(self, "_gen", worker.generation)
         object.__setattr__(self, "_type", type_name)
+        #: The object's plain stored fields as the reply that brought it read them (the
+        #: worker's ``_fields``), good until the student's code next runs (``_asked``:
+        #: the worker's request count then; see ``Worker.changed_at``).
+        object.__setattr__(self, "_fields", fields)
+        object.__setattr__(self, "_asked", worker.requests)
 
     def _ask(self, op: str, *args: object) -> object:
         if self._gen != self._w.generation:
@@ -379,18 +418,19 @@ class Remote:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         worker = self._w
+        current = self._gen == worker.generation
+        fields = self._fields
+        if current and fields is not None and name in fields and \
+                self._asked >= worker.changed_at:
+            return fields[name]
         if (self._type, name) in worker.methods:
             return RemoteMethod(worker, self._id, name)
-        value = worker.reads.get((self._id, name))
-        if value is not None and self._gen == worker.generation:
-            return value
+        key = (self._id, name)
+        if current and key in worker.reads:
+            return worker.reads[key]
         value = self._ask("getattr", name)
         if isinstance(value, RemoteMethod):
             worker.methods.add((self._type, name))
-        elif isinstance(value, LiveMixin):
-            worker.reads[(self._id, name)] = value
-        else:
-            worker.reads.clear()  # a property ran the student's code
         return value
 
     def __setattr__(self, name: str, value: object) -> None:
