@@ -58,21 +58,12 @@ class HashCache:
 
     def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
         """Per sequence (its hit blocks, its hit count with siblings', its chain, its host
-        hits after them, and, alone, how many of its hits nobody holds), and the blocks
-        that would leave the free queue; changes nothing (but hashes ``content``). Host
-        hits take new blocks like computed ones."""
+        hits after them), and the blocks that would leave the free queue: the hits
+        nobody holds, and the new ones. Changes nothing (but hashes ``content``). Host
+        hits take new blocks like computed ones; only the first sequence of a group
+        looks in the host (its siblings share its blocks)."""
         bs, ref, host = self.block_size, mgr.refs.counts, self.pool.host
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
-        if len(seq_ids) == 1:  # the common case: no siblings, hits all distinct
-            chain = content.chain(branch_of(seq_ids[0]), num_tokens // bs)
-            hit = self._hits(chain, most)
-            unheld = 0  # hits nobody holds, which leave the free queue
-            for b in hit:
-                if not ref[b]:
-                    unheld += 1
-            k = len(hit)
-            kh = host.run(chain, k, most) if host is not None else 0
-            return [(hit, k, chain, kh, unheld)], n - k + unheld
         plans, from_queue, touched, earlier = [], 0, set(), set()
         for seq_id in seq_ids:
             chain = content.chain(branch_of(seq_id), num_tokens // bs)
@@ -87,7 +78,7 @@ class HashCache:
                     from_queue += 1
             from_queue += n - k
             earlier.update(chain[len(hit):])
-            plans.append((hit, k, chain, kh, None))
+            plans.append((hit, k, chain, kh))
         return plans, from_queue
 
     def _hits(self, chain: list[int], most: int) -> list[int]:
@@ -106,26 +97,13 @@ class HashCache:
         and name every full block a sequence fills."""
         bs, pool, host = self.block_size, self.pool, self.pool.host
         n = -(-num_tokens // bs)
-        if len(seq_ids) == 1:  # the hot path: no siblings; new blocks named as taken
-            hit, k, chain, kh, _ = plans[0]
-            mgr.refs.hold(hit)  # the hits leave the free queue first: no new block evicts one
-            if kh:  # the host hits stay in the host while the new blocks' evictions write back
-                host.pin(chain[k:k + kh])
-            new = mgr.refs.take(n - k, chain[k:])  # named as they are taken
-            table = hit + new
-            seq_id = seq_ids[0]
-            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, content,
-                                           branch_of(seq_id), list(chain), (k + kh) * bs))
-            if host is not None:
-                self._host_admit(seq, chain, k, kh, new)
-            return
-        for hit, _, _, _, _ in plans:  # hits leave the queue first: no new block evicts one
+        for hit, _, _, _ in plans:  # hits leave the queue first: no new block evicts one
             mgr.refs.hold(hit)
-        _, k0, chain0, kh, _ = plans[0]
-        if kh:  # the host hits stay in the host while the new blocks' evictions write back
-            host.pin(chain0[k0:k0 + kh])
+        _, k0, chain0, kh0 = plans[0]
+        if kh0:  # the host hits stay in the host while the new blocks' evictions write back
+            host.pin(chain0[k0:k0 + kh0])
         siblings: dict[int, int] = {}  # hash -> block, of this admission's earlier sequences
-        for seq_id, (hit, k, chain, kh, _) in zip(seq_ids, plans, strict=True):
+        for seq_id, (hit, k, chain, kh) in zip(seq_ids, plans, strict=True):
             table = list(hit)
             for j in range(len(hit), k):
                 b = siblings[chain[j]]
@@ -139,8 +117,7 @@ class HashCache:
                 pool.cache_block(table[j], chain[j])
             if host is not None and seq_id == seq_ids[0]:
                 self._host_admit(seq, chain, k, kh, new)
-            if len(seq_ids) > 1:
-                siblings.update(zip(chain, table[:len(chain)], strict=True))
+            siblings.update(zip(chain, table[:len(chain)], strict=True))
 
     def _host_admit(self, seq: Seq, chain: list[int], k: int, kh: int,
                     new: list[int]) -> None:
