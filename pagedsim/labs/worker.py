@@ -280,9 +280,9 @@ def _getattr(handle: int, name: str) -> tuple[object, bool]:
     """What reading ``name`` of object ``handle`` replies (a method as a :class:`_Method`,
     a list, dict or set as its live copy), and whether the read ran no code."""
     value, stored = _read(_handles[handle], name)
-    if not stored and isinstance(value, (types.MethodType, types.BuiltinMethodType)) and \
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType)) and \
             not isinstance(getattr(value, "__self__", None), types.ModuleType):
-        return _Method(handle, name), False
+        return _Method(handle, name), False  # (called in one request from now on)
     return _live(value), stored
 
 
