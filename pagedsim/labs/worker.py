@@ -116,8 +116,11 @@ def _handle_tag(obj: object) -> tuple:
 
 #: Values a handle's fields may carry (exact types: a subclass's own methods stay here).
 _FIELD_TYPES = (type(None), bool, int, float, str)
-#: At most this many fields go with one handle (the rest are read one request each).
+#: At most this many fields go with one handle (the rest are read one request each), and
+#: only short ones: a string of at most this many characters, an int of at most this many
+#: bits (a long one is read when asked, so a handle's message stays small).
 MAX_FIELDS = 64
+MAX_FIELD_SIZE = 1024
 _MISSING = object()
 
 
@@ -139,7 +142,10 @@ def _fields(obj: object) -> dict[str, object]:
         if len(found) == MAX_FIELDS:
             break
         value = _stored(obj, kind, name, own)
-        if type(value) in _FIELD_TYPES:
+        kind_of = type(value)
+        if kind_of in _FIELD_TYPES and not (
+                kind_of is str and len(value) > MAX_FIELD_SIZE  # type: ignore[arg-type]
+                or kind_of is int and value.bit_length() > MAX_FIELD_SIZE):  # type: ignore[union-attr]
             found[name] = value
     return found
 

@@ -36,6 +36,13 @@ class Record:
     items: tuple = ()
 
 
+class Big:
+    def __init__(self):
+        self.text = "x" * 70_000_000
+        self.number = 10 ** 400_000
+        self.a = 1
+
+
 class Slotted:
     __slots__ = ("x", "y", "unset")
 
@@ -197,3 +204,14 @@ def test_what_a_callback_was_given_is_stale_once_the_student_code_goes_on(studen
     given, a_then = seen[0]
     assert a_then == 1
     assert given.a == 5 and rec.a == 5  # the student's code set it after the callback
+
+
+def test_a_long_field_is_read_when_asked_not_sent_with_every_handle(student) -> None:
+    """A 70 MB string sent with the handle (and with every later one) would pass the
+    message limit and end the worker (as reading it does); a 400,000-digit int comes
+    when read."""
+    mod, worker = student
+    big = mod.Big()
+    asked = worker.requests
+    assert big.a == 1 and worker.requests == asked
+    assert big.number % 1000 == 0 and worker.requests == asked + 1
