@@ -71,8 +71,6 @@ class Grant(NamedTuple):
     host_tokens: Sequence[int] = ()
 
 
-
-
 class PoolFacts(NamedTuple):
     """The pool in numbers, for a rejected request's reason (slots)."""
 
