@@ -187,9 +187,9 @@ class HybridAllocator:
         off = n % bs
         managers = self.managers
         if off:  # a copy only where the partial last block is shared
-            need = 0
-            for m in managers:
-                need += m.last_shared(seq_id)
+            need, ref = 0, self._ref
+            for m in managers:  # (their tables read here, not asked: every decode comes)
+                need += ref[m.tables[seq_id][-1]] != 1
         else:
             need = len(managers)
         if need > self.pool.get_num_free_blocks() and not self.can_append_all([seq_id]):
@@ -362,16 +362,16 @@ class HybridAllocator:
             n = self._get(seq_id).num_tokens
             for m in sliding:
                 free += m.returned(seq_id, n, dropped)
-            for m in managers:
-                if n % bs == 0:
-                    free -= 1
-                else:
+            if n % bs == 0:  # a fresh block in every group
+                free -= len(managers)
+            else:  # a copy in each group whose partial last block is still shared
+                for m in managers:
                     last = m.tables[seq_id][-1]
                     if ref[last] - copied[last] > 1:
                         copied[last] += 1
                         free -= 1
-                if free < 0:
-                    return False
+            if free < 0:  # (free only falls within one sequence's groups)
+                return False
         return True
 
     def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:

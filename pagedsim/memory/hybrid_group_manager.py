@@ -198,10 +198,6 @@ class GroupManager:
                 back += dropped[b] == ref[b]
         return back
 
-    def last_shared(self, seq_id: SeqId) -> bool:
-        """Whether ``seq_id``'s last block is held by another table too."""
-        return self._ref[self.tables[seq_id][-1]] != 1
-
     def blocks_to_extend(self, seq_id: SeqId, position: int, total_blocks: int) -> int:
         """Blocks :meth:`extend` would take: new ones, and a copy of a shared partial
         last block."""
