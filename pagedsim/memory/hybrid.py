@@ -1,25 +1,28 @@
-"""vLLM v1's hybrid KV-cache manager: KV-cache groups, one block table each, one pool.
+"""vLLM v1's hybrid KV-cache manager: a coordinator over one manager per KV-cache group.
 
 vLLM v1 serves a hybrid model (gpt-oss, Gemma 3) with a ``KVCacheCoordinator`` over one
 single-type manager per KV-cache group, all drawing from one ``BlockPool``.
-:class:`HybridAllocator` is that coordinator (:mod:`.hybrid_groups` says what a group
-and a slot are):
+:class:`HybridAllocator` is that coordinator; each group's manager is a
+:class:`~.hybrid_group_manager.GroupManager` holding that group's block tables over the
+shared pool and reference counts (:mod:`.hybrid_groups` says what a group and a slot
+are). The coordinator keeps what every group shares (each sequence's tokens and final
+length, a :class:`~.hybrid_groups.HybridSeq`), asks the managers, and decides for all:
 
 1. **Admission counts every group.** A new sequence of ``P`` tokens takes
    ``ceil(P / block_size)`` blocks in *each* group (a sliding group too: the prefill's
    queries read their whole windows), all or nothing.
 2. **A sliding-window group frees what falls behind its window.** Before a sequence
-   grows at position ``n`` (a decode, or a prefill chunk starting there) each sliding
-   group of window ``W`` gives up the blocks wholly before token ``n - W + 1``, the
-   first one the query at ``n`` reads (vLLM's ``remove_skipped_blocks``). Their table
-   entries become :data:`~.hybrid_groups.NULL_BLOCK` (vLLM's null block), so a table
-   stays indexed by token position; a block nobody else holds goes back to the pool. A
-   long sequence so keeps at most ``ceil((W - 1) / block_size) + 1`` blocks per sliding
-   group.
-3. **Full groups keep every block**, as the paged allocator does: forks share blocks
+   grows at position ``n`` (a decode, or a prefill chunk starting there) each group's
+   manager gives up what its window no longer reads (vLLM's ``remove_skipped_blocks``;
+   nothing in a full group). A long sequence so keeps at most
+   ``ceil((W - 1) / block_size) + 1`` blocks per sliding group of window ``W``.
+3. **Growing, sharing, release and swapping go group by group**: forks share blocks
    (reference counts), an append into a shared partial block copies it first
    (copy-on-write; one copy per group, so ``append_slot`` may return a list of copies).
-4. **Prefix-cache hits are intersected over the groups** (:mod:`.hybrid_cache`).
+   The room for them is counted over every group first, with the blocks the windows give
+   back.
+4. **Prefix-cache hits are intersected over the groups** (:mod:`.hybrid_cache`, which
+   asks each manager for its own hit).
 
 With one full group (a model without sliding layers, or vLLM's
 ``--disable-hybrid-kv-cache-manager``) it behaves as the paged allocator, block for
@@ -27,18 +30,20 @@ block.
 
 The class reads as the block manager does: admission, growing, sharing and release,
 swapping, then the questions that change nothing and the account per group. Its state is
-declared in ``__init__`` and written only here; the prefix-cache policy
-(:mod:`.hybrid_cache`) adds sequences through :meth:`HybridAllocator.add_seq`.
+declared in ``__init__`` and written only here; the managers' is theirs, and the
+prefix-cache policy (:mod:`.hybrid_cache`) adds sequences through
+:meth:`HybridAllocator.add_seq`.
 
 The account: the groups *partition* the pool (a block is free, cached, or held by exactly
 one group), so each group's token / reserved / internal-fragmentation / cached slots plus
 the pool's free slots sum to the capacity. A sliding group's blocks are full but for each
 table's last one, like a full group's (blocks behind the window are given up, not kept
-half-empty), so one visit per sequence and group splits the slots (:mod:`.fast_usage`'s
-argument, table by table). Tokens behind the window that still sit in a held block count
-as ``token``: their K/V is there until the block is given up. A swap-out copies each
-distinct block once, in whichever group holds it; null entries stay null, so nothing
-behind a window is copied or brought back.
+half-empty), so each manager splits its slots from the fill of each sequence's last block
+(:meth:`~.hybrid_group_manager.GroupManager.split`, :mod:`.fast_usage`'s argument, table
+by table). Tokens behind the window that still sit in a held block count as ``token``:
+their K/V is there until the block is given up. A swap-out copies each distinct block
+once, in whichever group holds it; null entries stay null, so nothing behind a window is
+copied or brought back.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ from .block_pool import BlockPool
 from .block_refs import BlockRefs
 from .free_list import FreeList
 from .hybrid_cache import HybridCache
+from .hybrid_group_manager import GroupManager
 from .hybrid_groups import NULL_BLOCK, GroupSpec, HybridSeq
 
 
@@ -86,23 +92,41 @@ class HybridAllocator:
         self.prefix_block_size: int | None = self.block_size if prefix_cache else None
         self.max_model_len: int | None = None  # the registry sets the model's
         self.kind = kind or ("hybrid-prefix-cache" if prefix_cache else "hybrid")
-        self.cache = HybridCache(self) if prefix_cache else None
-        self.refs = BlockRefs(self.pool)  # how many tables hold each block
+        self.refs = BlockRefs(self.pool)  # how many tables hold each block, all groups
         self._ref = self.refs.counts  # (the same list, bound for the hot paths)
-        self.seqs: dict[SeqId, HybridSeq] = {}
-        self._sliding = [(g, s.window_tokens) for g, s in enumerate(groups) if s.window]
+        #: One manager per group, in group order, over the one pool and its counts.
+        self.managers = tuple(GroupManager(g, spec, self.refs, self.block_size)
+                              for g, spec in enumerate(groups))
+        self._sliding = tuple(m for m in self.managers if m.window is not None)
+        self.cache = HybridCache(self) if prefix_cache else None
+        self.seqs: dict[SeqId, HybridSeq] = {}  # what every group shares of a sequence
         #: Its sliding-window decode reads a sliding group's layers only in the window.
-        self.kernel_window_tokens = tuple(sorted({w for _, w in self._sliding}))
-        self.num_logical_blocks = 0  # held table entries, all groups
-        self.group_blocks = [0] * len(groups)  # blocks each group holds now
-        #: Table entries each group gave up behind its window, and of those the blocks
-        #: that went back to the pool (nobody else held them), since the start.
-        self.window_dropped_entries = [0] * len(groups)
-        self.window_freed_blocks = [0] * len(groups)
+        self.kernel_window_tokens = tuple(sorted({m.window for m in self._sliding}))
         #: All groups' together: what the scheduler reads to retry a refused admission.
         self.freed_while_running_blocks = 0
         self._swap_token = object()
         self._swapped_ids: set[SeqId] = set()
+
+    # ------------------------------------------------ the groups' counts, read from them
+    @property
+    def num_logical_blocks(self) -> int:
+        """Held table entries, all groups."""
+        return sum(m.num_entries for m in self.managers)
+
+    @property
+    def group_blocks(self) -> list[int]:
+        """Blocks each group holds now."""
+        return [m.num_blocks for m in self.managers]
+
+    @property
+    def window_dropped_entries(self) -> list[int]:
+        """Table entries each group gave up behind its window since the start."""
+        return [m.dropped_entries for m in self.managers]
+
+    @property
+    def window_freed_blocks(self) -> list[int]:
+        """Of those, the blocks that went back to the pool (nobody else held them)."""
+        return [m.freed_blocks for m in self.managers]
 
     # ----------------------------------------------------------------------------- admission
     def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
@@ -121,15 +145,15 @@ class HybridAllocator:
         """``ceil(num_tokens / block_size)`` blocks in every group for each of
         ``seq_ids`` (cached prefixes from the cache, with ``content``), keeping
         ``watermark`` of the pool free; forks share, so ``fork_ids`` hold nothing. False,
-        and nothing changed, when they do not fit."""
+        and nothing changed, when they do not fit in every group."""
         num_tokens, content = checked_admission(
             seq_ids, fork_ids, num_tokens, final_len, content, self.__contains__,
             self._swapped_ids.__contains__, self.prefix_block_size)
-        n, num_groups = -(-num_tokens // self.block_size), len(self.groups)
+        n = -(-num_tokens // self.block_size)
         if self.cache is not None and content is not None:
             plans, need = self.cache.plan(seq_ids, num_tokens, content)
         else:
-            plans, need = None, n * num_groups * len(seq_ids)
+            plans, need = None, n * len(self.managers) * len(seq_ids)
         keep = self.watermark_blocks(watermark) if watermark or type(watermark) is not float else 0
         if self.pool.get_num_free_blocks() - need < keep:
             return False
@@ -137,9 +161,9 @@ class HybridAllocator:
             self.cache.admit(seq_ids, num_tokens, final_len, content, plans)
             return True
         for seq_id in seq_ids:
-            tables = [self.take(n, g) for g in range(num_groups)]
-            self.seqs[seq_id] = HybridSeq(tables, [0] * num_groups, num_tokens, final_len)
-        self.num_logical_blocks += n * num_groups * len(seq_ids)
+            for m in self.managers:
+                m.allocate(seq_id, n)
+            self.seqs[seq_id] = HybridSeq(num_tokens, final_len)
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
@@ -159,40 +183,30 @@ class HybridAllocator:
         :class:`KVCopy`, or a list of them when several groups copy). Sliding groups first
         free the blocks this token's query no longer reads."""
         seq = self._get(seq_id)
-        n, bs, ref = seq.num_tokens, self.block_size, self._ref
+        n, bs = seq.num_tokens, self.block_size
         off = n % bs
-        tables = seq.tables
-        need = len(tables)
+        managers = self.managers
         if off:  # a copy only where the partial last block is shared
-            need = 0
-            for t in tables:
-                if ref[t[-1]] != 1:
-                    need += 1
+            need, ref = 0, self._ref
+            for m in managers:  # (their tables read here, not asked: every decode comes)
+                need += ref[m.tables[seq_id][-1]] != 1
+        else:
+            need = len(managers)
         if need > self.pool.get_num_free_blocks() and not self.can_append_all([seq_id]):
             raise OutOfMemoryError(f"no free block for sequence {seq_id!r}")
         if self._sliding:
-            self._drop_behind(seq, n)
+            self._remove_skipped(seq_id, n)
         copies: list[KVCopy] = []
         slot = -1
-        for g, table in enumerate(tables):
-            if not off:  # last block full (or none yet): a fresh one
-                b = self._take_one(g)
-                table.append(b)
-                self.num_logical_blocks += 1
-            else:
-                b = table[-1]
-                if ref[b] != 1:  # copy-on-write: the partial last block is shared
-                    new = self._take_one(g)
-                    self.refs.drop(b)
-                    table[-1] = new
-                    copies.append(KVCopy(b * bs, new * bs, off))
-                    b = new
-            if not g:
+        for m in managers:
+            b, copy = m.append(seq_id, n)
+            if copy is not None:
+                copies.append(copy)
+            if slot < 0:  # group 0's: the protocol's slot
                 slot = b * bs + off
-        seq.num_tokens = n + 1
-        seq.grown_at = n
+        seq.grow(1)
         if off == bs - 1 and seq.block_hashes is not None:
-            self.cache.filled(seq, n // bs)
+            self.cache.filled(seq_id, seq, n // bs)
         return slot, (None if not copies else copies[0] if len(copies) == 1 else copies)
 
     def extend(self, seq_id: SeqId, num_tokens: int) -> list[KVCopy]:
@@ -206,44 +220,26 @@ class HybridAllocator:
         if not num_tokens:
             return []
         seq = self.seqs[seq_id]
-        n, bs, ref = seq.num_tokens, self.block_size, self._ref
+        n, bs = seq.num_tokens, self.block_size
         if self._sliding:
-            self._drop_behind(seq, n)
-        copies = []
+            self._remove_skipped(seq_id, n)
         total = -(-(n + num_tokens) // bs)
-        for g, table in enumerate(seq.tables):
-            if n % bs and ref[table[-1]] > 1:
-                old, new = table[-1], self._take_one(g)
-                self.refs.drop(old)
-                table[-1] = new
-                copies.append(KVCopy(old * bs, new * bs, n % bs))
-            add = total - len(table)
-            table += self.take(add, g)
-            self.num_logical_blocks += add
-        seq.num_tokens = n + num_tokens
-        seq.grown_at = n
+        copies = []
+        for m in self.managers:
+            copy = m.extend(seq_id, n, total)
+            if copy is not None:
+                copies.append(copy)
+        seq.grow(num_tokens)
         if seq.block_hashes is not None:
             for j in range(n // bs, (n + num_tokens) // bs):
-                self.cache.filled(seq, j)
+                self.cache.filled(seq_id, seq, j)
         return copies
 
-    def _drop_behind(self, seq: HybridSeq, n: int) -> None:
-        """Each sliding group gives up the blocks before the one holding token
-        ``n - W + 1`` (the first the query at ``n`` reads), latest first as vLLM does."""
-        bs = self.block_size
-        for g, w in self._sliding:
-            cut, first = (n - w + 1) // bs, seq.first[g]
-            if cut <= first:
-                continue
-            table = seq.tables[g]
-            back = self.refs.release(table[first:cut])  # latest first, as vLLM does
-            table[first:cut] = [NULL_BLOCK] * (cut - first)
-            seq.first[g] = cut
-            self.num_logical_blocks -= cut - first
-            self.window_dropped_entries[g] += cut - first
-            self.window_freed_blocks[g] += back
-            self.freed_while_running_blocks += back
-            self.group_blocks[g] -= back
+    def _remove_skipped(self, seq_id: SeqId, n: int) -> None:
+        """Each sliding group gives up what the query at ``n`` no longer reads, in group
+        order; what went back to the pool is counted for the scheduler."""
+        for m in self._sliding:
+            self.freed_while_running_blocks += m.remove_skipped_blocks(seq_id, n)
 
     # ------------------------------------------------------------------- sharing and release
     def fork(self, parent_id: SeqId, child_id: SeqId) -> list[KVCopy]:
@@ -251,37 +247,36 @@ class HybridAllocator:
         copied now; the first append of either copies the partial last blocks)."""
         parent = self._get(parent_id)
         self._check_new_ids([child_id])
-        tables = [list(t) for t in parent.tables]
-        self.refs.hold([b for t in tables for b in t if b != NULL_BLOCK])
-        child = self.add_seq(child_id, HybridSeq(
-            tables, list(parent.first), parent.num_tokens, parent.final_len,
-            parent.block_hashes, branch_of(child_id), list(parent.hashes)))
-        child.grown_at = parent.grown_at
+        for m in self.managers:
+            m.fork(parent_id, child_id)
+        self.add_seq(child_id, HybridSeq(
+            parent.num_tokens, parent.final_len, parent.block_hashes, branch_of(child_id),
+            list(parent.hashes), grown_at=parent.grown_at))
         return []
 
     def free(self, seq_id: SeqId) -> None:
         """Drop the sequence, tail first across all groups (a chain's tail is evicted
         before its head): blocks nobody else holds go back to the pool."""
         try:
-            seq = self.seqs.pop(seq_id)
+            self.seqs.pop(seq_id)
         except (KeyError, TypeError):
             raise ValueError(f"unknown sequence id {seq_id!r} (never allocated, or "
                              "already freed)") from None
-        tables = seq.tables
+        tables = [m.pop(seq_id) for m in self.managers]
         # Token order with the groups reversed, which release walks backwards: the last
-        # token's blocks first, group 0's first among them.
+        # token's blocks first, group 0's first among them (one release for all groups,
+        # not one per group as vLLM's managers free, so that a chain's tail goes first
+        # in every group).
         held = [t[i] for i in range(len(tables[0])) for t in reversed(tables)
                 if t[i] != NULL_BLOCK]
-        self.num_logical_blocks -= len(held)
         self.refs.release(held)
-        ref = self._ref
-        for g, table in enumerate(tables):  # a block is one group's: back if nobody holds it
-            self.group_blocks[g] -= sum(1 for b in table if b != NULL_BLOCK and not ref[b])
+        for m, table in zip(self.managers, tables, strict=True):
+            m.released(table)
 
     # -------------------------------- swapping to a CPU buffer and back, every group at once
     def swap_out_slots(self, seq_ids: Iterable[SeqId]) -> int:
         """CPU slots a swap-out would take: every distinct block held, once."""
-        held = {b for s in seq_ids for t in self._get(s).tables for b in t if b >= 0}
+        held = {b for s in seq_ids for t in self._tables(s) for b in t if b >= 0}
         return len(held) * self.block_size
 
     def swap_out(self, seq_ids: Iterable[SeqId]) -> SwappedGroup:
@@ -290,11 +285,11 @@ class HybridAllocator:
         seq_ids = distinct_ids(seq_ids)
         seqs = [self._get(s) for s in seq_ids]
         bs, local = self.block_size, {}  # GPU block -> (its index in the buffer, group)
-        tables = [[[NULL_BLOCK if b < 0 else local.setdefault(b, (len(local), g))[0]
-                    for b in t] for g, t in enumerate(q.tables)] for q in seqs]
+        tables = [[[NULL_BLOCK if b < 0 else local.setdefault(b, (len(local), m.index))[0]
+                    for b in m.tables[s]] for m in self.managers] for s in seq_ids]
         out = [KVCopy(b * bs, i * bs, bs) for b, (i, _) in local.items()]
-        meta = [(q.num_tokens, q.final_len, list(q.first), q.grown_at, q.block_hashes,
-                 list(q.hashes)) for q in seqs]
+        meta = [(q.num_tokens, q.final_len, [m.first[s] for m in self.managers], q.grown_at,
+                 q.block_hashes, list(q.hashes)) for s, q in zip(seq_ids, seqs, strict=True)]
         for s in seq_ids:
             self.free(s)
         self._swapped_ids.update(seq_ids)
@@ -316,22 +311,25 @@ class HybridAllocator:
         n, free = group.state["num_blocks"], self.pool.get_num_free_blocks()
         if n > free:
             raise OutOfMemoryError(f"swap-in needs {n} blocks, {free} free")
-        num_groups = len(self.groups)
-        # Every group's table of every sequence, in one list (the group's sharing comes back).
+        managers = self.managers
+        num_groups = len(managers)
+        # Every group's table of every sequence in one take (the group's sharing comes
+        # back); each block is the group's that held it before.
         new, flat = self.refs.take_for(n, [t for tables in group.state["tables"]
                                            for t in tables])
-        for g in group.state["groups"]:
-            self.group_blocks[g] += 1
+        for g, k in sorted(Counter(group.state["groups"]).items()):
+            managers[g].own_new(k)
         for j, (seq_id, meta) in enumerate(zip(group.seq_ids, group.state["meta"],
                                                strict=True)):
             num_tokens, final_len, first, grown_at, content, hashes = meta
-            phys = flat[j * num_groups:(j + 1) * num_groups]
-            self.num_logical_blocks += sum(b != NULL_BLOCK for t in phys for b in t)
-            seq = self.seqs[seq_id] = HybridSeq(phys, list(first), num_tokens, final_len,
-                                                 content, branch_of(seq_id))
-            seq.grown_at = grown_at
+            for m, table, f in zip(managers, flat[j * num_groups:(j + 1) * num_groups],
+                                   first, strict=True):
+                m.add(seq_id, table, f)
+            seq = self.seqs[seq_id] = HybridSeq(num_tokens, final_len, content,
+                                                 branch_of(seq_id), list(hashes),
+                                                 grown_at=grown_at)
             if content is not None:
-                self.cache.swapped_in(seq, hashes)
+                self.cache.swapped_in(seq_id, seq)
         group.swapped_in = True
         self._swapped_ids.difference_update(group.seq_ids)
         bs = self.block_size
@@ -350,45 +348,30 @@ class HybridAllocator:
     def can_allocate(self, num_tokens: int, final_len: int | None = None) -> bool:
         return self.blocks_needed(num_tokens) <= self.pool.get_num_free_blocks()
 
-    def _returned(self, seq: HybridSeq, n: int, dropped: Counter | None) -> int:
-        """Blocks that come back to the pool when ``seq`` grows at position ``n``: those
-        its sliding groups give up that no other sequence holds (``dropped`` counts the
-        references earlier growths of the same batch gave up)."""
-        bs, ref, back = self.block_size, self._ref, 0
-        for g, w in self._sliding:
-            table = seq.tables[g]
-            for i in range(seq.first[g], (n - w + 1) // bs):
-                b = table[i]
-                if dropped is None:
-                    back += ref[b] == 1
-                else:
-                    dropped[b] += 1
-                    back += dropped[b] == ref[b]
-        return back
-
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         """Whether one ``append_slot`` for each of ``seq_ids``, in order, would all
         succeed: exact, with the blocks each append's sliding groups give back first and
         copy-on-write counted as the appends would do it."""
         seq_ids = list(seq_ids)
         distinct_ids(seq_ids)  # refused: a repeat, or an unhashable id
-        bs, ref = self.block_size, self._ref
+        bs, ref, managers, sliding = self.block_size, self._ref, self.managers, self._sliding
         free = self.pool.get_num_free_blocks()
         dropped: Counter[int] = Counter()
         copied: Counter[int] = Counter()  # shared last block -> sharers that copied it
         for seq_id in seq_ids:
-            seq = self._get(seq_id)
-            n = seq.num_tokens
-            if self._sliding:
-                free += self._returned(seq, n, dropped)
-            for table in seq.tables:
-                if n % bs == 0:
-                    free -= 1
-                elif ref[table[-1]] - copied[table[-1]] > 1:
-                    copied[table[-1]] += 1
-                    free -= 1
-                if free < 0:
-                    return False
+            n = self._get(seq_id).num_tokens
+            for m in sliding:
+                free += m.returned(seq_id, n, dropped)
+            if n % bs == 0:  # a fresh block in every group
+                free -= len(managers)
+            else:  # a copy in each group whose partial last block is still shared
+                for m in managers:
+                    last = m.tables[seq_id][-1]
+                    if ref[last] - copied[last] > 1:
+                        copied[last] += 1
+                        free -= 1
+            if free < 0:  # (free only falls within one sequence's groups)
+                return False
         return True
 
     def can_extend(self, seq_id: SeqId, num_tokens: int) -> bool:
@@ -398,14 +381,12 @@ class HybridAllocator:
         num_tokens = check_int("num_tokens", num_tokens, minimum=0)
         if not num_tokens:
             return True
-        n, bs = seq.num_tokens, self.block_size
+        n = seq.num_tokens
         free = self.pool.get_num_free_blocks()
-        if self._sliding:
-            free += self._returned(seq, n, None)
-        total = -(-(n + num_tokens) // bs)
-        need = 0
-        for table in seq.tables:
-            need += total - len(table) + (n % bs != 0 and self._ref[table[-1]] > 1)
+        for m in self._sliding:
+            free += m.returned(seq_id, n, None)
+        total = -(-(n + num_tokens) // self.block_size)
+        need = sum(m.blocks_to_extend(seq_id, n, total) for m in self.managers)
         return need <= free
 
     def watermark_blocks(self, watermark: float) -> int:
@@ -442,11 +423,12 @@ class HybridAllocator:
 
     def block_table(self, seq_id: SeqId, group: int = 0) -> list[int]:
         """A copy of one group's block table (``NULL_BLOCK`` behind a window)."""
-        return list(self._get(seq_id).tables[self._check_group(group)])
+        self._get(seq_id)
+        return list(self.managers[self._check_group(group)].tables[seq_id])
 
     def block_tables(self, seq_id: SeqId) -> list[list[int]]:
         """Copies of the sequence's block tables, one per group, in group order."""
-        return [list(t) for t in self._get(seq_id).tables]
+        return [list(t) for t in self._tables(seq_id)]
 
     def slot_of(self, seq_id: SeqId, index: int, group: int = 0) -> int:
         """The pool slot of token ``index`` in ``group`` (group 0: the protocol's slot);
@@ -455,7 +437,7 @@ class HybridAllocator:
         if type(index) is not int or not 0 <= index < seq.num_tokens:
             raise ValueError(f"token index {index!r} out of range for sequence {seq_id!r} "
                              f"of {seq.num_tokens} tokens")
-        b = seq.tables[self._check_group(group)][index // self.block_size]
+        b = self.managers[self._check_group(group)].tables[seq_id][index // self.block_size]
         return -1 if b == NULL_BLOCK else b * self.block_size + index % self.block_size
 
     def slot_mapping(self, seq_id: SeqId, start: int = 0, end: int | None = None,
@@ -468,7 +450,7 @@ class HybridAllocator:
         if not 0 <= start <= end <= seq.num_tokens:
             raise ValueError(f"token range [{start}, {end}) out of range for sequence "
                              f"{seq_id!r} of {seq.num_tokens} tokens")
-        bs, table = self.block_size, seq.tables[self._check_group(group)]
+        bs, table = self.block_size, self.managers[self._check_group(group)].tables[seq_id]
         return [-1 if (b := table[i // bs]) == NULL_BLOCK else b * bs + i % bs
                 for i in range(start, end)]
 
@@ -487,41 +469,31 @@ class HybridAllocator:
                           "scrub it.")
 
     # ---- the account per group and in total (the groups partition the pool), snapshot, checks
-    def _split(self, groups: range, used_blocks: int, final_lens: Mapping | None
-               ) -> tuple[int, int]:
-        """(token, reserved) slots of the blocks ``groups`` hold (``used_blocks`` of them)."""
-        bs, ref, fl = self.block_size, self._ref, final_lens or {}
-        token = reserved = num_partial = 0
-        shared_last: dict[int, tuple[int, int]] = {}  # shared partial block -> (fill, future)
+    def _last_fills(self, final_lens: Mapping | None) -> list[tuple[SeqId, int, int]]:
+        """``(seq_id, fill, future fill)`` of each sequence's partial last block (the same
+        position in every group): its tokens in it now and at its final length."""
+        bs, fl = self.block_size, final_lens or {}
+        lasts = []
         for seq_id, seq in self.seqs.items():
             n = seq.num_tokens
             fill = n % bs
             if not fill:
                 continue
             final = final_tokens(n, fl.get(seq_id, seq.final_len) if fl else seq.final_len)
-            future = min(bs, final - (n - fill))
-            for g in groups:
-                b = seq.tables[g][-1]
-                if ref[b] == 1:
-                    num_partial += 1
-                    token += fill
-                    reserved += future - fill
-                else:
-                    old = shared_last.get(b)
-                    if old is None:
-                        num_partial += 1
-                    if old is None or future > old[1]:
-                        shared_last[b] = (fill, future)
-        for fill, future in shared_last.values():
-            token += fill
-            reserved += future - fill
-        return token + (used_blocks - num_partial) * bs, reserved
+            lasts.append((seq_id, fill, min(bs, final - (n - fill))))
+        return lasts
 
     def usage(self, final_lens: Mapping[SeqId, int] | None = None) -> SlotUsage:
         """Slots of every group together: token / reserved / internal fragmentation, and
-        the cached ones (logical blocks: the tables' held entries)."""
+        the cached ones (logical blocks: the tables' held entries), the sum of the
+        groups' splits (they partition the held blocks)."""
         used = self.num_blocks - self.pool.get_num_free_blocks()
-        token, reserved = self._split(range(len(self.groups)), used, final_lens)
+        lasts = self._last_fills(final_lens)
+        token = reserved = 0
+        for m in self.managers:
+            t, r = m.split(lasts)
+            token += t
+            reserved += r
         return SlotUsage(token_slots=token, reserved_slots=reserved,
                          internal_frag_slots=used * self.block_size - token - reserved,
                          physical_blocks=used, logical_blocks=self.num_logical_blocks,
@@ -529,19 +501,16 @@ class HybridAllocator:
 
     def group_usage(self, group: int, final_lens: Mapping[SeqId, int] | None = None
                     ) -> SlotUsage:
-        """One group's share: the slots of the blocks it holds, split as :meth:`usage`
-        splits them, and the cached blocks named for it (a scan of the free queue)."""
-        g = self._check_group(group)
-        used = self.group_blocks[g]
-        token, reserved = self._split(range(g, g + 1), used, final_lens)
-        names = getattr(self.pool, "hashes", None)
-        cached = 0 if names is None else sum(
-            1 for b in self.pool.free if names[b] is not None and names[b][0] == g)
-        held = sum(len(s.tables[g]) - s.first[g] for s in self.seqs.values())
+        """One group's share, from its manager: the slots of the blocks it holds, split
+        as :meth:`usage` splits them, and the cached blocks named for it (a scan of the
+        free queue)."""
+        m = self.managers[self._check_group(group)]
+        used = m.num_blocks
+        token, reserved = m.split(self._last_fills(final_lens))
         return SlotUsage(token_slots=token, reserved_slots=reserved,
                          internal_frag_slots=used * self.block_size - token - reserved,
-                         physical_blocks=used, logical_blocks=held,
-                         cached_slots=cached * self.block_size)
+                         physical_blocks=used, logical_blocks=m.num_entries,
+                         cached_slots=m.num_cached() * self.block_size)
 
     def group_accounts(self, final_lens: Mapping[SeqId, int] | None = None) -> list[dict]:
         """One row per group (``group``, ``kind``, ``window_tokens``, ``blocks`` held,
@@ -549,14 +518,14 @@ class HybridAllocator:
         blocks given up behind the window so far), then a ``total`` row whose ``free``
         completes the six-way account: the rows' slots sum to ``capacity_slots``."""
         rows = []
-        for g, spec in enumerate(self.groups):
+        for g, (spec, m) in enumerate(zip(self.groups, self.managers, strict=True)):
             u = self.group_usage(g, final_lens)
             rows.append({"group": g, "kind": spec.kind, "window_tokens": spec.window_tokens,
                          "blocks": u.physical_blocks, "token": u.token_slots,
                          "reserved": u.reserved_slots, "internal_frag": u.internal_frag_slots,
                          "cached": u.cached_slots,
-                         "window_dropped_entries": self.window_dropped_entries[g],
-                         "window_freed_blocks": self.window_freed_blocks[g]})
+                         "window_dropped_entries": m.dropped_entries,
+                         "window_freed_blocks": m.freed_blocks})
         total = {k: sum(r[k] for r in rows) for k in rows[0] if k not in
                  ("group", "kind", "window_tokens")}
         rows.append({"group": "total", "kind": "", "window_tokens": 0, **total,
@@ -567,10 +536,7 @@ class HybridAllocator:
         """Per group, the table entries live sequences hold as null (blocks given up
         behind the window): what a group that kept every block would hold more, in
         blocks (0 for full groups)."""
-        out = [0] * len(self.groups)
-        for g, _ in self._sliding:
-            out[g] = sum(seq.first[g] for seq in self.seqs.values())
-        return out
+        return [m.null_entries() for m in self.managers]
 
     def snapshot(self) -> dict:
         """The whole state as plain data: the groups, every sequence's tables (group 0's
@@ -581,8 +547,8 @@ class HybridAllocator:
             "block_size": self.block_size,
             "groups": [(g.kind, g.window_tokens, g.num_layers) for g in self.groups],
             "free_blocks": [], "ref_counts": list(self._ref),
-            "seqs": {sid: {"block_table": list(s.tables[0]),
-                           "block_tables": [list(t) for t in s.tables],
+            "seqs": {sid: {"block_table": list(self.managers[0].tables[sid]),
+                           "block_tables": self.block_tables(sid),
                            "num_tokens": s.num_tokens, "final_len": s.final_len}
                      for sid, s in self.seqs.items()},
         }
@@ -590,28 +556,20 @@ class HybridAllocator:
         return snap
 
     def check_invariants(self) -> None:
-        """Assert the groups partition the pool, tables and counts agree, each sliding
-        group gave up every block behind the window of its last growth, and the fast
-        accounting agrees with a walk (``AssertionError`` naming the first disagreement)."""
+        """Assert each group's tables fit its sequences (its manager's check), the groups
+        partition the pool, tables and counts agree, and the fast accounting agrees with a
+        walk (``AssertionError`` naming the first disagreement)."""
+        num_tokens = {s: q.num_tokens for s, q in self.seqs.items()}
+        grown_at = {s: q.grown_at for s, q in self.seqs.items()}
         counts: Counter[int] = Counter()
         owner: dict[int, int] = {}
-        bs = self.block_size
-        for seq_id, seq in self.seqs.items():
-            assert len({len(t) for t in seq.tables}) == 1, f"{seq_id!r}: tables differ"
-            assert len(seq.tables[0]) == -(-seq.num_tokens // bs), (
-                f"sequence {seq_id!r}: {len(seq.tables[0])} blocks for {seq.num_tokens}")
-            for g, (table, first) in enumerate(zip(seq.tables, seq.first, strict=True)):
-                window = self.groups[g].window
-                assert window is not None or first == 0, f"{seq_id!r}: full group dropped"
-                assert all(b == NULL_BLOCK for b in table[:first]), f"{seq_id!r}: {g}"
-                assert NULL_BLOCK not in table[first:], f"{seq_id!r}: hole in group {g}"
-                assert not table or first < len(table), f"{seq_id!r}: last block dropped"
-                if window is not None and seq.grown_at >= 0:
-                    assert first >= (seq.grown_at - window + 1) // bs, (
-                        f"sequence {seq_id!r}: group {g} keeps blocks behind its window")
-                for b in table[first:]:
+        for m in self.managers:
+            m.check(num_tokens, grown_at)
+            for seq_id, table in m.tables.items():
+                for b in table[m.first[seq_id]:]:
                     counts[b] += 1
-                    assert owner.setdefault(b, g) == g, f"block {b} in groups {owner[b]}, {g}"
+                    assert owner.setdefault(b, m.index) == m.index, (
+                        f"block {b} in groups {owner[b]}, {m.index}")
         for b in range(self.num_blocks):
             assert self._ref[b] == counts[b], f"block {b}: ref {self._ref[b]} != {counts[b]}"
         self.pool.check(set(counts))
@@ -629,11 +587,12 @@ class HybridAllocator:
         """:meth:`usage` by the rule itself: every held block of every table visited."""
         bs, ref = self.block_size, self._ref
         seen: dict[int, tuple[int, int]] = {}  # block -> (fill, largest future fill)
-        for seq in self.seqs.values():
+        for seq_id, seq in self.seqs.items():
             n = seq.num_tokens
             final = final_tokens(n, seq.final_len)
-            for table, first in zip(seq.tables, seq.first, strict=True):
-                for j in range(first, len(table)):
+            for m in self.managers:
+                table = m.tables[seq_id]
+                for j in range(m.first[seq_id], len(table)):
                     fill, future = min(bs, n - j * bs), min(bs, final - j * bs)
                     old = seen.get(table[j])
                     if old is None or future > old[1]:
@@ -647,30 +606,17 @@ class HybridAllocator:
 
     # ------------------------------------------------------------------------------- helpers
     def add_seq(self, seq_id: SeqId, seq: HybridSeq) -> HybridSeq:
-        """Record a new sequence whose blocks it holds already (a fork's, a cached
-        admission's): the one way a policy adds one, so the logical-block count stays
-        the manager's to keep."""
+        """Record a new sequence whose tables the group managers hold already (a cached
+        admission's): the one way a policy adds one."""
         self.seqs[seq_id] = seq
-        self.num_logical_blocks += sum(len(t) - f for t, f in zip(seq.tables, seq.first,
-                                                                  strict=True))
         return seq
 
-    def hold(self, group: int, blocks: list[int]) -> None:
-        """One more holder of each of ``blocks`` (a prefix hit) for ``group``; those
-        nobody held join the group's count."""
-        self.group_blocks[group] += self.refs.hold(blocks)
+    def _tables(self, seq_id: SeqId) -> list[list[int]]:
+        """The sequence's tables, one per group (its managers' own lists: not to write)."""
+        self._get(seq_id)
+        return [m.tables[seq_id] for m in self.managers]
 
-    def take(self, n: int, group: int, names: list | tuple = ()) -> list[int]:
-        """``n`` blocks for ``group`` from the pool (room checked), one holder each; a
-        caching pool names the first ``len(names)``."""
-        self.group_blocks[group] += n
-        return self.refs.take(n, names)
-
-    def _take_one(self, group: int) -> int:
-        self.group_blocks[group] += 1
-        return self.refs.take_one()  # room was checked by the caller
-
-    def _get(self, seq_id: SeqId):
+    def _get(self, seq_id: SeqId) -> HybridSeq:
         try:
             return self.seqs[seq_id]
         except (KeyError, TypeError):

@@ -11,13 +11,15 @@ usable only if *every* group holds what it needs of it:
   reads ``W - 1`` tokens back), or every block of a hit shorter than that: its hit is
   the longest prefix length that ends such a run (vLLM's right-to-left search);
 
-and the hit is the **intersection**: the longest length valid for every group
-(:meth:`HybridCache.hit_blocks`). Shortening a hit can invalidate a sliding group's (its
-run must end where the hit ends), so the search repeats until no group shortens it
-further; each pass only lowers it to a length some group accepts, so it stops at the
-longest one all accept. A sliding group's table starts with null entries up to its
-run, which are never held. Blocks a window leaves behind keep their names in the pool,
-so a later request's sliding groups can still hit them.
+Each group's manager knows its own rule
+(:meth:`~.hybrid_group_manager.GroupManager.longest_hit`, vLLM's
+``find_longest_cache_hit``); this policy asks them and takes the **intersection**: the
+longest length valid for every group (:meth:`HybridCache.hit_blocks`). Shortening a hit
+can invalidate a sliding group's (its run must end where the hit ends), so the search
+repeats until no group shortens it further; each pass only lowers it to a length some
+group accepts, so it stops at the longest one all accept. A sliding group's table starts
+with null entries up to its run, which are never held. Blocks a window leaves behind
+keep their names in the pool, so a later request's sliding groups can still hit them.
 """
 
 from __future__ import annotations
@@ -34,44 +36,27 @@ class HybridCache:
 
     def __init__(self, alloc) -> None:
         self.alloc, self.pool, self.block_size = alloc, alloc.pool, alloc.block_size
-        bs = self.block_size
-        #: Blocks a hit needs before its end, per group (None: all of them, full attention).
-        self.run_blocks = [None if g.window is None else -(-(g.window_tokens - 1) // bs)
-                           for g in alloc.groups]
+        self.managers = alloc.managers  # one per group, in group order
+        # A full group's hit is a prefix (shorter ones stay valid): those are asked first.
+        self._full = [m for m in self.managers if m.run_blocks is None]
+        self._sliding = [m for m in self.managers if m.run_blocks is not None]
 
     # ------------------------------------------------------------- hits
     def group_hit(self, group: int, chain: list, most: int) -> int:
-        """One group's own longest hit, in blocks, at most ``most`` (``chain``: the
-        sequence's block hashes)."""
-        cached, need = self.pool.cached, self.run_blocks[group]
-        if need is None:  # full attention: the cached run from the start
-            k = 0
-            while k < most and (group, chain[k]) in cached:
-                k += 1
-            return k
-        if need == 0:  # a window of one token reads nothing before itself
-            return most
-        run = 0
-        for i in range(most - 1, -1, -1):  # right to left: the first long enough run wins
-            if (group, chain[i]) in cached:
-                run += 1
-                if run >= need:
-                    return i + need
-            else:
-                run = 0
-        return run  # the run from block 0, shorter than ``need``: valid all the same
+        """Group ``group``'s own longest hit, in blocks, at most ``most`` (its manager's
+        rule, :meth:`~.hybrid_group_manager.GroupManager.longest_hit`)."""
+        return self.managers[group].longest_hit(chain, most)
 
     def hit_blocks(self, chain: list, most: int) -> int:
         """The longest hit, in blocks (at most ``most``), that every group accepts."""
         k = most
-        for g, need in enumerate(self.run_blocks):
-            if need is None:  # a full group's hit is a prefix: shorter ones stay valid
-                k = self.group_hit(g, chain, k)
+        for m in self._full:
+            k = m.longest_hit(chain, k)
         changed = True
         while k and changed:
             changed = False
-            for g, need in enumerate(self.run_blocks):
-                if need is not None and (kg := self.group_hit(g, chain, k)) < k:
+            for m in self._sliding:
+                if (kg := m.longest_hit(chain, k)) < k:
                     k, changed = kg, True
         return k
 
@@ -96,15 +81,14 @@ class HybridCache:
             chain = content.chain(branch_of(seq_id), num_tokens // bs)
             k = self.hit_blocks(chain, most) if most and pool.cached else 0
             hits = []
-            for g, need in enumerate(self.run_blocks):
-                lo = 0 if need is None else max(0, k - need)
-                blocks = [pool.cached[(g, chain[j])] for j in range(lo, k)]
+            for m in self.managers:
+                lo, blocks = m.hit_blocks(chain, k)
                 for b in blocks:
                     if not ref[b] and b not in touched:  # it leaves the free queue
                         touched.add(b)
                         from_queue += 1
                 hits.append((lo, blocks))
-            from_queue += (n - k) * len(self.run_blocks)
+            from_queue += (n - k) * len(self.managers)
             plans.append((k, hits, chain))
         return plans, from_queue
 
@@ -112,38 +96,33 @@ class HybridCache:
               content: BlockHashes, plans) -> None:
         """Carry out a plan that fits: every hit held first (no new block may evict one),
         then new blocks, each full one named for its group as it is taken."""
-        alloc, bs = self.alloc, self.block_size
+        bs, managers = self.block_size, self.managers
         n = -(-num_tokens // bs)
         for _, hits, _ in plans:
-            for g, (_, blocks) in enumerate(hits):
-                alloc.hold(g, blocks)
+            for m, (_, blocks) in zip(managers, hits, strict=True):
+                m.hold(blocks)
         for seq_id, (k, hits, chain) in zip(seq_ids, plans, strict=True):
-            tables, first = [], []
-            for g, (lo, blocks) in enumerate(hits):
-                names = [(g, h) for h in chain[k:]]
-                tables.append([NULL_BLOCK] * lo + blocks + alloc.take(n - k, g, names))
-                first.append(lo)
-            alloc.add_seq(seq_id, HybridSeq(tables, first, num_tokens, final_len, content,
-                                            branch_of(seq_id), list(chain), k * bs))
+            for m, (lo, blocks) in zip(managers, hits, strict=True):
+                names = [(m.index, h) for h in chain[k:]]
+                m.add(seq_id, [NULL_BLOCK] * lo + blocks + m.take(n - k, names), lo)
+            self.alloc.add_seq(seq_id, HybridSeq(num_tokens, final_len, content,
+                                                 branch_of(seq_id), list(chain), k * bs))
 
     # ------------------------------------------------------------ naming
-    def filled(self, seq: HybridSeq, index: int, h: object = None) -> None:
-        """Block ``index`` of ``seq`` is full: name it by its hash in every group that
-        holds it (a hit or a block shared with a sibling is named already)."""
+    def filled(self, seq_id: SeqId, seq: HybridSeq, index: int,
+               h: object = None) -> None:
+        """Block ``index`` of ``seq`` is full: name it by its hash (``h``, or its next
+        one) in every group that holds it (a hit or a block shared with a sibling is
+        named already)."""
         if h is None:
-            h = seq.block_hashes.next_hash(seq.branch, seq.hashes)
-            seq.hashes.append(h)
-        names = self.pool.hashes
-        for g, table in enumerate(seq.tables):
-            b = table[index]
-            if b != NULL_BLOCK and names[b] is None:
-                self.pool.cache_block(b, (g, h))
+            h = seq.next_hash()
+        for m in self.managers:
+            m.cache_block(seq_id, index, h)
 
-    def swapped_in(self, seq: HybridSeq, hashes: list) -> None:
-        """A sequence back from the CPU: its full blocks are named again."""
-        seq.hashes = list(hashes)
-        for j, h in enumerate(hashes):
-            self.filled(seq, j, h)
+    def swapped_in(self, seq_id: SeqId, seq: HybridSeq) -> None:
+        """A sequence back from the CPU (its names kept): its full blocks are named again."""
+        for j, h in enumerate(seq.hashes):
+            self.filled(seq_id, seq, j, h)
 
     def check(self) -> None:
         """Every full block a sequence with content holds is named for its group."""
@@ -152,7 +131,8 @@ class HybridCache:
             if seq.block_hashes is None:
                 continue
             assert len(seq.hashes) == seq.num_tokens // bs, f"{seq_id!r}: names != blocks"
-            for g, table in enumerate(seq.tables):
+            for m in self.managers:
+                g, table = m.index, m.tables[seq_id]
                 for j, h in enumerate(seq.hashes):
                     b = table[j]
                     assert b == NULL_BLOCK or names[b] == (g, h), (

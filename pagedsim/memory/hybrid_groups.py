@@ -83,22 +83,33 @@ class GroupSpec:
 
 
 class HybridSeq:
-    """One sequence: a block table per group (``NULL_BLOCK`` behind a window), the index
-    of the first block each group still holds (``first``), its tokens, its final length
-    and, with a prefix cache, what names its blocks."""
+    """One sequence as the coordinator (:class:`~.hybrid.HybridAllocator`) keeps it, the
+    same for every group: its tokens, its final length, the position of its last growth
+    and, with a prefix cache, what names its blocks. Its block tables are the group
+    managers' (:class:`~.hybrid_group_manager.GroupManager`), one per group."""
 
-    __slots__ = ("tables", "first", "num_tokens", "final_len", "block_hashes", "branch",
-                 "hashes", "hit_tokens", "grown_at")
+    __slots__ = ("num_tokens", "final_len", "block_hashes", "branch", "hashes",
+                 "hit_tokens", "grown_at")
 
-    def __init__(self, tables: list[list[int]], first: list[int], num_tokens: int,
-                 final_len: int | None, block_hashes: object = None, branch: int = 0,
-                 hashes: list | None = None, hit_tokens: int = 0) -> None:
-        self.tables, self.first = tables, first
+    def __init__(self, num_tokens: int, final_len: int | None, block_hashes: object = None,
+                 branch: int = 0, hashes: list | None = None, hit_tokens: int = 0,
+                 grown_at: int = -1) -> None:
         self.num_tokens, self.final_len = num_tokens, final_len
         self.block_hashes, self.branch = block_hashes, branch
-        self.hashes = hashes if hashes is not None else []
+        self.hashes = hashes if hashes is not None else []  # its full blocks' names
         self.hit_tokens = hit_tokens
-        self.grown_at = -1  # position of the last growth (its window was applied); -1: none
+        self.grown_at = grown_at  # position of the last growth (its window applied); -1: none
+
+    def grow(self, num_tokens: int) -> None:
+        """``num_tokens`` more tokens, from position ``self.num_tokens`` on."""
+        self.grown_at = self.num_tokens
+        self.num_tokens += num_tokens
+
+    def next_hash(self) -> object:
+        """The name of its next full block (its content's chained hash), kept."""
+        h = self.block_hashes.next_hash(self.branch, self.hashes)
+        self.hashes.append(h)
+        return h
 
 
 def order_groups(groups: list[GroupSpec]) -> tuple[GroupSpec, ...]:
