@@ -355,11 +355,13 @@ class HybridAllocator:
         seq_ids = list(seq_ids)
         distinct_ids(seq_ids)  # refused: a repeat, or an unhashable id
         bs, ref, managers, sliding = self.block_size, self._ref, self.managers, self._sliding
+        # Every id is checked before the room is: an unknown one is refused, not
+        # answered False because memory ran short before it was reached.
+        lengths = [self._get(seq_id).num_tokens for seq_id in seq_ids]
         free = self.pool.get_num_free_blocks()
         dropped: Counter[int] = Counter()
         copied: Counter[int] = Counter()  # shared last block -> sharers that copied it
-        for seq_id in seq_ids:
-            n = self._get(seq_id).num_tokens
+        for seq_id, n in zip(seq_ids, lengths, strict=True):
             for m in sliding:
                 free += m.returned(seq_id, n, dropped)
             if n % bs == 0:  # a fresh block in every group

@@ -120,3 +120,34 @@ def test_a_block_that_dedups_makes_room_for_the_next_append() -> None:
     assert alloc.can_append_all([1, 3])
     assert not alloc.can_append_all([3, 1])  # in this order, 3 finds no block
     assert not _appends_succeed(alloc, [3, 1])
+
+
+def _one_sequence_filling_the_pool(scheme: str):
+    """An allocator whose pool is as full as one sequence can make it: the longest prompt
+    that fits, in a pool shorter than a sequence where the scheme allows one (the
+    contiguous schemes reserve a whole sequence; vAttention needs a page of 128 rows)."""
+    model = ModelSpec("rows", num_layers=1, num_heads=1, num_kv_heads=1, head_dim=8192,
+                      dtype_bytes=2, weights_bytes=0, max_model_len=256)
+    for capacity_slots in (64, 256):
+        try:
+            alloc = make_allocator(scheme, capacity_slots, 1, 256, model=model)
+        except ValueError:  # a pool smaller than one page
+            continue
+        kv = KVCacheManager(alloc)
+        if any(kv.allocate_slots([1], prompt, final_len=256) is not None
+               for prompt in range(255, 0, -1)):
+            return alloc
+    raise AssertionError(f"{scheme}: no sequence fits")
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_an_unknown_id_is_refused_even_when_memory_is_short(scheme: str) -> None:
+    """Every id is checked before the room is: with the pool full, ``[live, unknown]``
+    is refused for the unknown id, not answered "no room" because memory ran out before
+    the unknown id was reached (the hybrid schemes answered False; found by a fresh-example
+    run of the property above)."""
+    alloc = _one_sequence_filling_the_pool(scheme)
+    before = alloc.snapshot()
+    with pytest.raises(ValueError, match="-99"):
+        alloc.can_append_all([1, -99])
+    assert alloc.snapshot() == before
