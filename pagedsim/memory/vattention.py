@@ -230,7 +230,8 @@ class VAttentionAllocator:
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
         seq_ids = list(seq_ids)
         distinct_ids(seq_ids)  # refused: a repeat (a second append is another count)
-        if any(self.blocks.seq_len(s) >= self.max_model_len for s in seq_ids):
+        lengths = [self.blocks.seq_len(s) for s in seq_ids]  # refused: an unknown id
+        if any(n >= self.max_model_len for n in lengths):
             return False
         return self.blocks.can_append_all(seq_ids)
 
