@@ -14,7 +14,10 @@ What differs between schemes is composed in, never overridden (as vLLM v1's
   radix tree's evictable pages (:mod:`.radix_pool`);
 * ``cache``, the prefix-cache policy (None: no prefix cache): which cached blocks a new
   sequence starts with, how full blocks are named, what happens at free
-  (:mod:`.hash_cache`, :mod:`.radix_cache`);
+  (:mod:`.hash_cache`, :mod:`.radix_cache`).
+
+What the manager asks of each is declared once, as the protocols
+:class:`~.manager_parts.Pool` and :class:`~.manager_parts.PrefixCache`.
 
 The class reads top to bottom: admission, growing, sharing, release, swapping; then the
 questions that change nothing (room, lookups, the accounting's view); then helpers. Its
@@ -49,12 +52,14 @@ from .base import (
 from .block_refs import BlockRefs
 from .block_seq import Seq
 from .fast_usage import usage_by_block_walk, usage_by_last_blocks
+from .manager_parts import Pool, PrefixCache
 
 
 class BlockManager:
     """Block tables and reference counts over one pool (see the module docstring)."""
 
-    def __init__(self, pool, cache=None, dedup: bool = False, kind: str = "paged") -> None:
+    def __init__(self, pool: Pool, cache: PrefixCache | None = None, dedup: bool = False,
+                 kind: str = "paged") -> None:
         if not isinstance(dedup, bool):
             raise ValueError(f"dedup must be True or False, got {dedup!r}")
         self.pool, self.dedup, self.kind = pool, dedup, kind
@@ -68,7 +73,7 @@ class BlockManager:
         self.seqs: dict[SeqId, Seq] = {}
         self.num_logical_blocks = 0  # sum of block-table lengths
         self.cache = cache
-        self._at_free = cache if getattr(cache, "acts_at_free", True) else None  # free's hooks
+        self._at_free = cache if cache is not None and cache.acts_at_free else None
         self._swap_token = object()  # marks the groups this manager swapped out
         self._swapped_ids: set[SeqId] = set()  # ids of those groups: not to be reused
         #: Blocks whose chained hashes name cached content (the prefix cache's block
@@ -467,7 +472,7 @@ class BlockManager:
     def block_hash(self, block: int) -> int | None:
         """The hash naming a block's content, or None (not full, content unknown, or no
         prefix cache)."""
-        hashes = getattr(self.pool, "hashes", None)  # only vLLM v1's pool names blocks
+        hashes = self.pool.hashes  # (only vLLM v1's pool names blocks)
         return None if hashes is None else hashes[block]
 
     evicted_blocks = FromPool("Cached blocks evicted so far (handed out for other content).")
@@ -478,13 +483,13 @@ class BlockManager:
     @property
     def host(self):
         """The pool's host tier (:class:`~.host_tier.HostTier`), or None."""
-        return getattr(self.pool, "host", None)
+        return self.pool.host
 
     def host_transfers(self):
         """The host tier's copies since the last call (:class:`~.host_tier.HostTransfers`:
         before the model, then after it; write-throughs get their host blocks now), or
         None without a host tier. The scheduler calls it once a step."""
-        host = getattr(self.pool, "host", None)
+        host = self.pool.host
         return None if host is None else host.flush()
 
     # ------------------------ the accounting's view, pictures and the property tests' checks

@@ -21,6 +21,8 @@ class FreeList:
 
     #: The manager names full blocks by their content only for pools that cache it.
     caches = False
+    hashes = None  # no block is named by its content here
+    host = None  # no host tier: nothing cached to spill
 
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
         self.num_blocks = check_int("num_blocks", num_blocks, minimum=1)
@@ -75,7 +77,8 @@ class FreeList:
     def touch(self, block: int) -> None:  # pragma: no cover - nothing is cached here
         raise AssertionError("a free list caches nothing, so nothing is ever hit")
 
-    touch_blocks = touch
+    def touch_blocks(self, blocks: list[int]) -> None:  # pragma: no cover - as touch
+        raise AssertionError("a free list caches nothing, so nothing is ever hit")
 
     def snapshot(self, snap: dict) -> None:
         """Add the free list, next taken last, to a manager's snapshot."""

@@ -272,7 +272,7 @@ class GroupManager:
     def num_cached(self) -> int:
         """Cached blocks named for this group (a scan of the free queue; 0 in a pool
         that caches nothing)."""
-        names = getattr(self._pool, "hashes", None)
+        names = self._pool.hashes
         if names is None:
             return 0
         g = self.index

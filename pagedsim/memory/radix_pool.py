@@ -28,6 +28,7 @@ class RadixPool:
     """``num_blocks`` blocks of ``block_size`` slots: a free list and a radix tree."""
 
     caches = True
+    hashes = None  # the tree names pages by their tokens; blocks carry no hash here
 
     def __init__(self, num_blocks: int, block_size: int = 16,
                  tree: RadixTree | None = None, host: HostTier | None = None) -> None:
