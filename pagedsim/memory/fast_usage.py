@@ -20,7 +20,7 @@ pool's rule says).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Protocol
 
 from .accounting import final_tokens, split_slots
@@ -46,7 +46,7 @@ def usage_by_last_blocks(seqs: Mapping[SeqId, _HasTable], ref: list[int], block_
     if not shared and not final_lens:
         # Nothing shared: every token slot is one sequence's own, so the token slots are
         # the sequences' tokens, and a partial last block's reserved slots are its room
-        # up to the owner's final length (the rule below, with every ``ref[b] == 1``).
+        # up to the owner's final length (split_by_last_blocks' rule, every ``ref[b] == 1``).
         token = reserved = 0
         for seq in seqs.values():
             n = seq.num_tokens
@@ -62,18 +62,40 @@ def usage_by_last_blocks(seqs: Mapping[SeqId, _HasTable], ref: list[int], block_
                          internal_frag_slots=physical_blocks * bs - token - reserved,
                          physical_blocks=physical_blocks, logical_blocks=logical_blocks,
                          cached_slots=cached_slots)
-    fl = final_lens or {}
-    token = reserved = 0
-    shared_last: dict[int, tuple[int, int]] = {}  # shared partial block -> (fill, future)
-    num_partial = 0  # distinct blocks that are some sequence's partial last block
+    token, reserved = split_by_last_blocks(_partial_lasts(seqs, bs, final_lens or {}), ref,
+                                           physical_blocks, bs)
+    return SlotUsage(token_slots=token, reserved_slots=reserved,
+                     internal_frag_slots=physical_blocks * bs - token - reserved,
+                     physical_blocks=physical_blocks, logical_blocks=logical_blocks,
+                     cached_slots=cached_slots)
+
+
+def _partial_lasts(seqs: Mapping[SeqId, _HasTable], block_size: int,
+                   final_lens: Mapping[SeqId, int]) -> Iterator[tuple[int, int, int]]:
+    """``(block, fill, future fill)`` of each sequence's partial last block: its tokens
+    in it now, and at its final length (``final_lens`` overriding the sequence's own)."""
+    bs = block_size
     for seq_id, seq in seqs.items():
         n = seq.num_tokens
         fill = n % bs
-        if not fill:
-            continue
-        final = final_tokens(n, fl.get(seq_id, seq.final_len) if fl else seq.final_len)
-        future = min(bs, final - (n - fill))
-        b = seq.table[-1]
+        if fill:
+            final = final_tokens(n, final_lens.get(seq_id, seq.final_len) if final_lens
+                                 else seq.final_len)
+            yield seq.table[-1], fill, min(bs, final - (n - fill))
+
+
+def split_by_last_blocks(lasts: Iterable[tuple[int, int, int]], ref: list[int],
+                         held_blocks: int, block_size: int) -> tuple[int, int]:
+    """``(token, reserved)`` slots of ``held_blocks`` blocks with reference counts
+    ``ref``, given each sequence's partial last block as ``(block, fill, future fill)``
+    (:func:`_partial_lasts`): every other held block is full of tokens, and a shared
+    partial block counts once, with the largest future fill among its sharers. The
+    internal fragmentation is the rest of the held slots. (The hybrid manager's groups
+    use it too, group by group.)"""
+    token = reserved = 0
+    shared_last: dict[int, tuple[int, int]] = {}  # shared partial block -> (fill, future)
+    num_partial = 0  # distinct blocks that are some sequence's partial last block
+    for b, fill, future in lasts:
         if ref[b] == 1:
             num_partial += 1
             token += fill
@@ -87,11 +109,7 @@ def usage_by_last_blocks(seqs: Mapping[SeqId, _HasTable], ref: list[int], block_
     for fill, future in shared_last.values():
         token += fill
         reserved += future - fill
-    token += (physical_blocks - num_partial) * bs
-    return SlotUsage(token_slots=token, reserved_slots=reserved,
-                     internal_frag_slots=physical_blocks * bs - token - reserved,
-                     physical_blocks=physical_blocks, logical_blocks=logical_blocks,
-                     cached_slots=cached_slots)
+    return token + (held_blocks - num_partial) * block_size, reserved
 
 
 def usage_by_block_walk(seqs: Mapping[SeqId, _HasTable], ref: list[int], block_size: int,

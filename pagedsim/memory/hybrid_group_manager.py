@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 
 from .base import KVCopy, SeqId
 from .block_refs import BlockRefs
+from .fast_usage import split_by_last_blocks
 from .hybrid_groups import NULL_BLOCK, GroupSpec
 
 
@@ -249,25 +250,10 @@ class GroupManager:
         its final length): every other held block is full of tokens (a table's blocks
         before its last are full; those behind a window were given up). A shared partial
         block counts once, with its largest future fill."""
-        bs, ref, tables = self.block_size, self._ref, self.tables
-        token = reserved = num_partial = 0
-        shared_last: dict[int, tuple[int, int]] = {}  # shared partial block -> (fill, future)
-        for seq_id, fill, future in lasts:
-            b = tables[seq_id][-1]
-            if ref[b] == 1:
-                num_partial += 1
-                token += fill
-                reserved += future - fill
-            else:
-                old = shared_last.get(b)
-                if old is None:
-                    num_partial += 1
-                if old is None or future > old[1]:
-                    shared_last[b] = (fill, future)
-        for fill, future in shared_last.values():
-            token += fill
-            reserved += future - fill
-        return token + (self.num_blocks - num_partial) * bs, reserved
+        tables = self.tables
+        return split_by_last_blocks(((tables[seq_id][-1], fill, future)
+                                     for seq_id, fill, future in lasts),
+                                    self._ref, self.num_blocks, self.block_size)
 
     def num_cached(self) -> int:
         """Cached blocks named for this group (a scan of the free queue; 0 in a pool
