@@ -86,7 +86,8 @@ class Pool(Protocol):
         ...
 
     def touch(self, block: int) -> None:
-        """A cached ``block`` was hit: it leaves the free structure (to be held)."""
+        """``block``, held by nobody, is held again (a cache hit): a pool that counts it
+        among its free blocks takes it out (vLLM's free queue; SGLang's tree locks it)."""
         ...
 
     def touch_blocks(self, blocks: list[int]) -> None:
