@@ -18,6 +18,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,19 +77,29 @@ def make_mooncake_figures(trace: str, out: str | os.PathLike[str] = "figures/moo
     token slots) on ``trace`` and write everything into ``out``; returns the paths."""
     exp = mooncake_experiment(trace, num_requests)
     cmp = compare(exp, SCHEMES, jobs=jobs, progress=progress)
-    paths = write_compare(cmp, out, max_step_rows=1000)
+    shown = replace(cmp, summary=_trace_as_path(cmp.summary, trace))
+    paths = write_compare(shown, out, max_step_rows=1000)
     paths.append(write_shares_over_time(cmp, out))
     sweep = sweep_cache_size(exp, pool_sizes(exp, sizes), CACHE_SCHEMES, jobs=jobs,
                              progress=progress)
-    paths += write_sweep("cache-size", sweep, out, experiment=exp)
+    paths += write_sweep("cache-size", _trace_as_path(sweep, trace), out, experiment=exp)
     unbounded = replay(exp.requests(), exp.block_size, math.inf)
     host = host_runs(exp, cmp, jobs=jobs, progress=progress)
-    paths += write_host(host, out)
+    paths += write_host(_trace_as_path(host, trace), out)
     path = Path(out) / "README.md"
     path.write_text(mooncake_readme(cmp, sweep, unbounded.hit_rate, out) + "\n"
                     + host_section(host, exp, out), encoding="utf-8")
     paths.append(path)
     return paths
+
+
+def _trace_as_path(df: pd.DataFrame, trace: str) -> pd.DataFrame:
+    """``df`` with its ``workload`` column naming the trace ``PATH/<its file name>``, as
+    the README's commands do: the CSVs are then the same wherever the trace lies, and name
+    no folder of the machine that made them."""
+    if "workload" not in df.columns:
+        return df
+    return df.assign(workload=f"PATH/{os.path.basename(trace)}")
 
 
 def write_shares_over_time(cmp: Comparison, out: str | os.PathLike[str]) -> Path:

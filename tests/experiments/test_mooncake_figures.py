@@ -55,6 +55,16 @@ def test_the_readme_numbers_are_the_results(written: Path) -> None:
     assert "first 12 requests" in text and "PATH/mooncake_sample.jsonl" in text
 
 
+def test_the_tables_name_the_trace_as_the_readme_does(written: Path) -> None:
+    """Every CSV names the trace ``PATH/<file>``, never the folder it was read from: the
+    committed tables are then the same wherever the trace lies (they once held the
+    machine's path, unless the run was given a relative ``PATH/...``)."""
+    for name in ("compare_summary.csv", "sweep_cache_size.csv", "mooncake_host_tiers.csv"):
+        df = pd.read_csv(written / name)
+        assert set(df["workload"]) == {"PATH/mooncake_sample.jsonl"}, name
+        assert str(Path(SAMPLE).parent) not in (written / name).read_text(), name
+
+
 def test_its_commands_simulate_the_same_experiment(tmp_path: Path) -> None:
     exp = mooncake_experiment(SAMPLE, 12)
     compare_cmd, sweep_cmd = commands(SAMPLE, str(tmp_path), exp, [300_000, 1_011_248])
