@@ -54,3 +54,26 @@ def test_the_walk_prints_the_metrics_layer_on_its_own(capsys):
     assert re.search(r": \d+ files, \d+ functions, \d+ calls, \d+ layer crossings "
                      r"\(engine\+memory\+workloads, as the issue counts\); metrics layer: "
                      r"\d+ files, \d+ functions, \d+ calls$", line), line
+
+
+def _in_the_code(path: Path) -> str:
+    """The "In the code." paragraph of a notebook's first cell ("" if it has none)."""
+    import json
+
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    first = "".join(cells[0]["source"]) if cells and cells[0]["cell_type"] == "markdown" else ""
+    return first.split("**In the code.**", 1)[1] if "**In the code.**" in first else ""
+
+
+def test_the_notebooks_point_at_the_files_they_step_through():
+    """Each notebook's first cell names the files of the code it steps through; each one
+    exists, and together the notebooks name every file of the reading order (COURSE.md
+    says the notebooks step through them)."""
+    named: set[str] = set()
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        files = re.findall(r"`((?:pagedsim|kernels)/[\w/]+\.py)`", _in_the_code(path))
+        assert files, f"{path.name}: its first cell names no file ('**In the code.** ...')"
+        for f in files:
+            assert (ROOT / f).is_file(), f"{path.name} names {f}, which does not exist"
+        named.update(files)
+    assert set(_reading_order()) <= named, set(_reading_order()) - named
