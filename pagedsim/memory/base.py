@@ -237,7 +237,9 @@ class Allocator(Protocol):
         admitted: its prefill computes only the tokens after them. 0 without a cache."""
 
     def can_append_all(self, seq_ids: Iterable[SeqId]) -> bool:
-        """Whether one ``append_slot`` for each of ``seq_ids`` (in order) would all succeed."""
+        """Whether one ``append_slot`` for each of ``seq_ids`` (in order) would all succeed.
+        Every id is checked before the answer: an unknown or repeated one is refused
+        (``ValueError``) even where an earlier one already makes the answer no."""
 
     def append_slot(self, seq_id: SeqId) -> AppendResult:
         """Room for one new token: ``(slot, copy_or_None)``."""

@@ -148,11 +148,12 @@ def _one_sequence_that_cannot_grow(scheme: str, why: str):
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_an_unknown_id_is_refused_even_when_the_others_cannot_grow(scheme: str,
                                                                    why: str) -> None:
-    """Every id is checked before the answer is: where sequence 1 cannot grow (the pool
-    full, or the sequence at the model's longest), or can, ``[1, unknown]`` is refused for the
-    unknown id, not answered "no" before it was reached (the hybrid schemes did so with
-    the pool full, vAttention at the longest length; both found by fresh-example runs of
-    the property above and of the allocator state machine)."""
+    """Every id is checked before the answer is: ``[1, unknown]`` is refused for the
+    unknown id, not answered "no" because sequence 1 cannot grow (the pool full, or the
+    sequence at the model's longest length; on the schemes where it still can, the refusal
+    is checked all the same). The hybrid schemes answered "no" with the pool full, and
+    vAttention at the longest length: both found by fresh-example runs of the property
+    above and of the allocator state machine."""
     alloc = _one_sequence_that_cannot_grow(scheme, why)
     before = alloc.snapshot()
     with pytest.raises(ValueError, match="-99"):

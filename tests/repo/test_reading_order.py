@@ -4,6 +4,7 @@ files one request really goes through (``scripts/walk.py`` follows it)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -58,8 +59,6 @@ def test_the_walk_prints_the_metrics_layer_on_its_own(capsys):
 
 def _in_the_code(path: Path) -> str:
     """The "In the code." paragraph of a notebook's first cell ("" if it has none)."""
-    import json
-
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     first = "".join(cells[0]["source"]) if cells and cells[0]["cell_type"] == "markdown" else ""
     return first.split("**In the code.**", 1)[1] if "**In the code.**" in first else ""
