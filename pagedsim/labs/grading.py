@@ -262,7 +262,9 @@ def _worker_config(lab: LabInfo, folder: Path, timeout_s: float) -> dict:
             "forbidden": list(lab.forbidden_imports), "given": list(lab.given_modules),
             "memory_bytes": WORKER_MEMORY_BYTES, "disk_bytes": WORKER_DISK_BYTES,
             "cpu_s": math.ceil(timeout_s) + 10, "call_limit_s": min(timeout_s, CALL_LIMIT_S),
-            "start_limit_s": min(timeout_s, CALL_LIMIT_S)}
+            "start_limit_s": min(timeout_s, CALL_LIMIT_S),
+            # The grader and the worker on one CPU (same_cpu.py), but for torch's labs.
+            "same_cpu": not kernels}
 
 
 def _zero(lab: LabInfo, selected: tuple[TaskInfo, ...], graded: str, message: str,

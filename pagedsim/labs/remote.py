@@ -32,7 +32,7 @@ import time
 import types
 from pathlib import Path
 
-from . import tree
+from . import same_cpu, tree
 from .answers import CallTimedOut, WorkerError, exception, tensor
 from .guard import BOOT
 from .live import LIVE
@@ -67,6 +67,8 @@ class Worker:
         #: Why the watch of the worker's tree stopped it ("" while it has not).
         self.stopped_why = ""
         self._proc: subprocess.Popen | None = None
+        #: The requesting thread, held on the worker's CPU while one runs (same_cpu.py).
+        self._held: same_cpu.Held | None = None
         self._callbacks: dict[int, object] = {}
         self._released: list[int] = []
         #: (type name, attribute) pairs known to be methods: called in one request.
@@ -87,6 +89,9 @@ class Worker:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         config = {**self.config, "fds": [req_r, rep_w]}
+        if self.config.get("same_cpu", True) and self._held is None:
+            # This thread, and so the worker forked from it, on the CPU it runs on now.
+            self._held = same_cpu.hold_here()
         # (OMP_NUM_THREADS: how many threads torch may use, the grading machine's choice;
         # the test suite runs it at 1 per core's worker.)
         env = {k: v for k, v in os.environ.items()
@@ -162,6 +167,9 @@ class Worker:
 
     def close(self) -> None:
         """End the worker and everything it started."""
+        if self._held is not None:  # the requesting thread's CPUs back
+            self._held.release()
+            self._held = None
         if self._proc is None:
             return
         for fd in (self._send_fd, self._recv_fd):
