@@ -143,17 +143,17 @@ class KVCache:
 
     # ----------------------------------------------------------- sequences
     def add(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
-            content: pagedsim.Request | None = None) -> int:
+            request: pagedsim.Request | None = None) -> int:
         """Room for a new sequence's ``num_tokens``-token prompt (raises OutOfMemoryError).
 
-        ``content`` names the prompt's tokens (a prefix-caching allocator then serves its
+        ``request`` names the prompt's tokens (a prefix-caching allocator then serves its
         cached prefix from blocks already holding that K/V). Returns how many leading
         tokens were served so (0 without a prefix cache): write and compute only the rest.
         """
-        if content is None:
+        if request is None:
             self.allocator.allocate(seq_id, num_tokens, final_len)
         elif not self.allocator.allocate_group([seq_id], num_tokens, final_len,
-                                               content=content):
+                                               block_hashes=request):
             raise pagedsim.OutOfMemoryError(
                 f"sequence {seq_id!r}: no room for {num_tokens} tokens, nothing was changed")
         return self.allocator.prefix_hit_tokens(seq_id)

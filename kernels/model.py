@@ -186,18 +186,18 @@ class Decoder:
     def prefill(self, cache: KVCache, seq_ids: Sequence[SeqId],
                 token_ids: Sequence[Sequence[int]],
                 final_lens: Sequence[int | None] | None = None,
-                contents: Sequence[pagedsim.Request | None] | None = None) -> torch.Tensor:
+                requests: Sequence[pagedsim.Request | None] | None = None) -> torch.Tensor:
         """Self-driven: add new sequences to the cache (``final_lens`` go to the allocator),
         then run :meth:`forward_prefill`; fp32 ``[S, V]`` last-token logits.
 
-        ``contents`` name each prompt's tokens for a prefix-caching allocator (the caller
+        ``requests`` name each prompt's tokens for a prefix-caching allocator (the caller
         vouches that ``token_ids`` are those tokens): the prefix it serves from the cache
         is attended to, not computed."""
         self.check_cache(cache)
         if len(seq_ids) != len(token_ids):
             raise ValueError(f"{len(seq_ids)} sequence ids but {len(token_ids)} prompts")
         final_lens = final_lens or [None] * len(seq_ids)
-        contents = contents or [None] * len(seq_ids)
+        requests = requests or [None] * len(seq_ids)
         for seq_id, tokens in zip(seq_ids, token_ids, strict=True):
             if not tokens:
                 raise ValueError(f"sequence {seq_id!r}: empty prompt")
@@ -207,9 +207,9 @@ class Decoder:
         added: list[SeqId] = []
         starts: list[int] = []
         try:  # all or nothing: a failure frees what this call added
-            for seq_id, tokens, final, content in zip(seq_ids, token_ids, final_lens,
-                                                      contents, strict=True):
-                starts.append(cache.add(seq_id, len(tokens), final, content))
+            for seq_id, tokens, final, request in zip(seq_ids, token_ids, final_lens,
+                                                      requests, strict=True):
+                starts.append(cache.add(seq_id, len(tokens), final, request))
                 added.append(seq_id)
             return self.forward_prefill(cache, seq_ids, [list(t)[s:] for t, s in
                                                          zip(token_ids, starts, strict=True)],

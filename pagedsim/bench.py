@@ -105,20 +105,20 @@ def bench_prefix_allocate_free(num_ops: int = 100_000, repeats: int = 3,
                 for r in stream:  # each request new: its hashes made and hashed in the loop
                     i, h = r.request_id, BlockHashes(r, 16)
                     hits += look(h, 256, i)
-                    alloc([i], 256, 257, content=h)
+                    alloc([i], 256, 257, block_hashes=h)
                     free(i)
                 times.append(time.perf_counter() - t0)
             return
         cycle = [BlockHashes(r, 16) for r in _half_cached_prompts(num_requests)]
         for i, h in enumerate(cycle + cycle):  # arrival: every chain hashed once (untimed)
-            alloc([i % num_requests], 256, 257, content=h)
+            alloc([i % num_requests], 256, 257, block_hashes=h)
             free(i % num_requests)
         stream = [(i % num_requests, cycle[i % num_requests]) for i in range(num_ops)]
         with gc_paused():
             t0 = time.perf_counter()
             for i, h in stream:
                 hits += look(h, 256, i)
-                alloc([i], 256, 257, content=h)
+                alloc([i], 256, 257, block_hashes=h)
                 free(i)
             times.append(time.perf_counter() - t0)
 

@@ -138,7 +138,7 @@ def run(checkout: Path, num_requests: int, concurrency: int, block_size: int,
                 ours["prefix-cache"].lookup_prefix(hashes, r.prompt_len, r.request_id)
                 for alloc in ours.values():
                     assert alloc.allocate_group([r.request_id], r.prompt_len,
-                                                r.prompt_len + r.output_len, content=hashes)
+                                                r.prompt_len + r.output_len, block_hashes=hashes)
                 admitted.append((r.request_id, seq))
             for rid, seq in admitted:  # after the step's model run: its postprocess
                 nano.hash_blocks(seq)

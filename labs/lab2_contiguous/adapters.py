@@ -98,7 +98,7 @@ class LabContiguous:
     # What the state machine's core rules ask besides (lab infrastructure, not graded).
     def allocate_group(self, seq_ids: Sequence[Hashable], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[Hashable] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
+                       watermark: float = 0.0, block_hashes: object = None) -> bool:
         """Admission of one request: a region per id, all or nothing (no watermark: the
         paper's Orca baselines keep none)."""
         if fork_ids:

@@ -54,7 +54,7 @@ class LabCow(PagedView):
 
     def allocate_group(self, seq_ids: Sequence[Hashable], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[Hashable] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
+                       watermark: float = 0.0, block_hashes: object = None) -> bool:
         """Admission: your ``can_allocate`` decides; forks need no room held (they share)."""
         ids = [*seq_ids, *fork_ids]
         if len(set(ids)) != len(ids) or any(s in self for s in ids):

@@ -460,7 +460,7 @@ class Oracle:
 
     def allocate(self, seq_id: int, tokens: Sequence[int], future: Sequence[int] = ()) -> int:
         if not self.alloc.allocate_group([seq_id], len(tokens),
-                                         content=self._request(tokens, future)):
+                                         block_hashes=self._request(tokens, future)):
             raise OOM(f"sequence {seq_id} does not fit")
         return self.alloc.prefix_hit_tokens(seq_id)
 

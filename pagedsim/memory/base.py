@@ -68,19 +68,20 @@ def check_lengths(num_tokens: int, final_len: int | None) -> int:
 
 
 def checked_admission(seq_ids: Sequence[SeqId], fork_ids: Sequence[SeqId], num_tokens: int,
-                      final_len: int | None, content: object,
+                      final_len: int | None, block_hashes: object,
                       is_taken: Callable[[SeqId], bool], is_swapped_out: Callable[[SeqId], bool],
                       prefix_block_size: int | None) -> tuple[int, BlockHashes | None]:
     """An admission's arguments checked, as every block manager's ``allocate_group``
     checks them: the ids new (:func:`check_new_ids`), the lengths in order
-    (:func:`check_lengths`), and ``content`` (a request, or its hashes) as the hashes that
-    name blocks of ``prefix_block_size`` (a request is hashed now; None: nothing is
-    cached, ``content`` only checked). Returns ``num_tokens`` and ``content`` as checked."""
+    (:func:`check_lengths`), and ``block_hashes`` (a request's hashes, or the request) as
+    the hashes that name blocks of ``prefix_block_size`` (a request is hashed now; None:
+    nothing is cached, ``block_hashes`` only checked). Returns ``num_tokens`` and
+    ``block_hashes`` as checked."""
     check_new_ids([*seq_ids, *fork_ids], is_taken, is_swapped_out)
     num_tokens = check_lengths(num_tokens, final_len)
-    if content is not None:
-        content = hashes_for(content, prefix_block_size)
-    return num_tokens, content
+    if block_hashes is not None:
+        block_hashes = hashes_for(block_hashes, prefix_block_size)
+    return num_tokens, block_hashes
 
 
 class FromPool:
@@ -215,22 +216,23 @@ class Allocator(Protocol):
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
                        watermark: float = 0.0,
-                       content: BlockHashes | Request | None = None) -> bool:
+                       block_hashes: BlockHashes | Request | None = None) -> bool:
         """Admit a request: every id in ``seq_ids`` gets room for ``num_tokens`` tokens,
         and room is held for the ids in ``fork_ids`` that will be forked from
         ``seq_ids[0]`` later (schemes that share a fork need none). ``watermark`` is the
         fraction of the pool the scheme keeps free at admission, where it applies one.
-        ``content``: the request's block hashes (or the request, hashed then); a prefix
+        ``block_hashes``: the request's block hashes (or the request, hashed then); a prefix
         cache serves the longest cached prefix of each sequence from it (see
         :meth:`prefix_hit_tokens`) and names the new full blocks by them; other schemes
         ignore it.
         All or nothing: returns False and changes nothing when it does not fit."""
 
-    def lookup_prefix(self, content: BlockHashes | Request, num_tokens: int,
+    def lookup_prefix(self, block_hashes: BlockHashes | Request, num_tokens: int,
                       seq_id: SeqId) -> int:
-        """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``content`` that the
-        prefix cache holds now (whole blocks, at most ``num_tokens - 1``: the last token is
-        always computed). Changes nothing. 0 for schemes without a prefix cache."""
+        """Tokens of a new ``num_tokens``-token sequence ``seq_id``, named by
+        ``block_hashes``, that the prefix cache holds now (whole blocks, at most
+        ``num_tokens - 1``: the last token is always computed). Changes nothing. 0 for
+        schemes without a prefix cache."""
 
     def prefix_hit_tokens(self, seq_id: SeqId) -> int:
         """Tokens of ``seq_id`` whose K/V came from the prefix cache when it was last

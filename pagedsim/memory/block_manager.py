@@ -84,50 +84,51 @@ class BlockManager:
         self.max_model_len: int | None = None
 
     # ---------------------------- admission: a new request's blocks, its cached prefix first
-    def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
-        """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``content`` that the
-        cache holds now (whole blocks, at most ``num_tokens - 1``: the last token is always
-        computed). ``content``: the request's :class:`BlockHashes` (a request itself is
-        hashed now). Changes nothing; 0 without a prefix cache."""
+    def lookup_prefix(self, block_hashes: object, num_tokens: int, seq_id: SeqId) -> int:
+        """Tokens of a new ``num_tokens``-token sequence ``seq_id``, named by
+        ``block_hashes``, that the cache holds now (whole blocks, at most ``num_tokens - 1``:
+        the last token is always computed). ``block_hashes``: the request's
+        :class:`BlockHashes` (a request itself is hashed now). Changes nothing; 0 without a
+        prefix cache."""
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        if self.cache is None or content is None:
+        if self.cache is None or block_hashes is None:
             return 0
-        if type(content) is not BlockHashes or content.block_size != self.block_size:
-            content = hashes_for(content, self.block_size)  # (the scheduler's: no call)
-        return self.cache.lookup(self, content, num_tokens, seq_id)
+        if type(block_hashes) is not BlockHashes or block_hashes.block_size != self.block_size:
+            block_hashes = hashes_for(block_hashes, self.block_size)  # (the scheduler's: no call)
+        return self.cache.lookup(self, block_hashes, num_tokens, seq_id)
 
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
+                       watermark: float = 0.0, block_hashes: object = None) -> bool:
         """Blocks for each of ``seq_ids`` (``num_tokens`` tokens each), keeping
         ``watermark`` of the blocks free (cached ones count as free); with a prefix cache
-        and ``content`` (the request's :class:`BlockHashes`; a request itself is hashed
+        and ``block_hashes`` (the request's :class:`BlockHashes`; a request itself is hashed
         now), each sequence's cached prefix comes from the cache. False, and nothing
         changed, when they do not fit."""
-        num_tokens, content = checked_admission(
-            seq_ids, fork_ids, num_tokens, final_len, content, self.__contains__,
+        num_tokens, block_hashes = checked_admission(
+            seq_ids, fork_ids, num_tokens, final_len, block_hashes, self.__contains__,
             self._swapped_ids.__contains__, self.prefix_block_size)
         bs, cache = self.block_size, self.cache
         n = -(-num_tokens // bs)
-        if cache is not None and content is not None:  # the policy plans: nothing changes
-            plans, need = cache.plan(self, seq_ids, num_tokens, content)
+        if cache is not None and block_hashes is not None:  # the policy plans: nothing changes
+            plans, need = cache.plan(self, seq_ids, num_tokens, block_hashes)
         else:
             plans, need = None, n * len(seq_ids)
         if self.pool.get_num_free_blocks() - need < self.watermark_blocks(watermark):
             return False
         if plans is not None:
-            cache.admit(self, seq_ids, num_tokens, final_len, content, plans)
+            cache.admit(self, seq_ids, num_tokens, final_len, block_hashes, plans)
             return True
         for seq_id in seq_ids:
             self.add_seq(seq_id, Seq(self.refs.take(n), num_tokens, final_len))
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
-                 content: object = None) -> None:
+                 block_hashes: object = None) -> None:
         """Blocks for one new sequence (``allocate_group`` checks it); ``OutOfMemoryError``
         saying why, and nothing changed, when they do not fit."""
-        if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
+        if not self.allocate_group([seq_id], num_tokens, final_len, block_hashes=block_hashes):
             raise OutOfMemoryError(f"sequence {seq_id!r} needs "
                                    f"{self.blocks_needed(num_tokens)} blocks for "
                                    f"{num_tokens} tokens, {self.pool.describe_free()}")
@@ -265,11 +266,11 @@ class BlockManager:
         for seq_id, phys, (num_tokens, final_len) in zip(
             group.seq_ids, tables, group.state["meta"], strict=True
         ):
-            content, hashes = named.get(seq_id, (None, []))
+            block_hashes, hashes = named.get(seq_id, (None, []))
             # Every count is final (take_for), so each one's room is right at once.
-            seq = self.add_seq(seq_id, Seq(phys, num_tokens, final_len, content,
+            seq = self.add_seq(seq_id, Seq(phys, num_tokens, final_len, block_hashes,
                                             branch_of(seq_id)))
-            if content is not None:
+            if block_hashes is not None:
                 self.cache.swapped_in(self, seq, hashes)
         group.swapped_in = True
         self._swapped_ids.difference_update(group.seq_ids)

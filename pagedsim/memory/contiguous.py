@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import OutOfMemoryError
 from ..validate import check_choice, check_fraction, check_int
-from ..workloads.block_hashes import is_request
+from ..workloads.block_hashes import is_request, not_a_request
 from .accounting import final_tokens, split_slots
 from .base import AppendResult, KVCopy, SeqId, SlotUsage, SwappedGroup, distinct_ids
 from .placement import Arena, BuddyArena
@@ -191,7 +191,7 @@ class ContiguousAllocator:
         return all([self.can_append(s) for s in seq_ids])  # every id checked
 
     # -------------------------------------------------------------- mutations
-    def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup_prefix(self, block_hashes: object, num_tokens: int, seq_id: SeqId) -> int:
         """0: no prefix cache."""
         return 0
 
@@ -201,7 +201,7 @@ class ContiguousAllocator:
 
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
+                       watermark: float = 0.0, block_hashes: object = None) -> bool:
         """A region for each of ``seq_ids`` (``num_tokens`` tokens placed), and an empty
         region of the same size held for each of ``fork_ids``: a contiguous fork needs a
         region of its own, and holding it from admission means the fork cannot fail.
@@ -209,8 +209,8 @@ class ContiguousAllocator:
         paper's Orca baselines keep none (it is checked all the same)."""
         check_fraction("watermark", watermark)
         self._check_new([*seq_ids, *fork_ids])
-        if content is not None and not is_request(content):
-            raise ValueError(f"content must be the request the tokens are of, got {content!r}")
+        if block_hashes is not None and not is_request(block_hashes):
+            raise not_a_request(block_hashes)
         taken: list[SeqId] = []
         try:
             for seq_id in seq_ids:

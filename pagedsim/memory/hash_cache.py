@@ -43,30 +43,30 @@ class HashCache:
         self.pool = pool
         self.block_size = pool.block_size
 
-    def lookup(self, mgr, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup(self, mgr, block_hashes: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the cache holds now."""
         bs, pool = self.block_size, self.pool
         most = max(num_tokens - 1, 0) // bs
         if not most or not (pool.cached or pool.host):
             return 0
         # The whole chain the admission will want (hashed once: the request keeps it).
-        chain = content.chain(branch_of(seq_id), num_tokens // bs)
+        chain = block_hashes.chain(branch_of(seq_id), num_tokens // bs)
         k = len(self._hits(chain, most))
         if pool.host is not None:  # the prefix goes on in the host tier
             k += pool.host.run(chain, k, most)
         return k * bs
 
-    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
+    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, block_hashes: BlockHashes):
         """Per sequence (its hit blocks, its hit count with siblings', its chain, its host
         hits after them), and the blocks that would leave the free queue: the hits
-        nobody holds, and the new ones. Changes nothing (but hashes ``content``). Host
+        nobody holds, and the new ones. Changes nothing (but hashes ``block_hashes``). Host
         hits take new blocks like computed ones; only the first sequence of a group
         looks in the host (its siblings share its blocks)."""
         bs, ref, host = self.block_size, mgr.refs.counts, self.pool.host
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs  # the last-token rule
         plans, from_queue, touched, earlier = [], 0, set(), set()
         for seq_id in seq_ids:
-            chain = content.chain(branch_of(seq_id), num_tokens // bs)
+            chain = block_hashes.chain(branch_of(seq_id), num_tokens // bs)
             hit = self._hits(chain, most)
             k = len(hit)
             kh = host.run(chain, k, most) if host is not None and not plans else 0
@@ -92,7 +92,7 @@ class HashCache:
         return hit
 
     def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
-              content: BlockHashes, plans) -> None:
+              block_hashes: BlockHashes, plans) -> None:
         """Carry out a plan that fits: hits first, then siblings' blocks, then new ones,
         and name every full block a sequence fills."""
         bs, pool, host = self.block_size, self.pool, self.pool.host
@@ -111,7 +111,7 @@ class HashCache:
                 table.append(b)
             new = mgr.refs.take(n - k)
             table += new
-            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, content,
+            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, block_hashes,
                                            branch_of(seq_id), list(chain), (k + kh) * bs))
             for j in range(k, len(chain)):  # name the full blocks this sequence fills
                 pool.cache_block(table[j], chain[j])

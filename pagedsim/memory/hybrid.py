@@ -129,36 +129,36 @@ class HybridAllocator:
         return [m.freed_blocks for m in self.managers]
 
     # ----------------------------------------------------------------------------- admission
-    def lookup_prefix(self, content: object, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup_prefix(self, block_hashes: object, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the cache holds now in every
         group (:meth:`~.hybrid_cache.HybridCache.hit_blocks`); 0 without a cache."""
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
-        if self.cache is None or content is None:
+        if self.cache is None or block_hashes is None:
             return 0
-        content = hashes_for(content, self.block_size)
-        return self.cache.lookup(content, num_tokens, seq_id)
+        block_hashes = hashes_for(block_hashes, self.block_size)
+        return self.cache.lookup(block_hashes, num_tokens, seq_id)
 
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
+                       watermark: float = 0.0, block_hashes: object = None) -> bool:
         """``ceil(num_tokens / block_size)`` blocks in every group for each of
-        ``seq_ids`` (cached prefixes from the cache, with ``content``), keeping
+        ``seq_ids`` (cached prefixes from the cache, with ``block_hashes``), keeping
         ``watermark`` of the pool free; forks share, so ``fork_ids`` hold nothing. False,
         and nothing changed, when they do not fit in every group."""
-        num_tokens, content = checked_admission(
-            seq_ids, fork_ids, num_tokens, final_len, content, self.__contains__,
+        num_tokens, block_hashes = checked_admission(
+            seq_ids, fork_ids, num_tokens, final_len, block_hashes, self.__contains__,
             self._swapped_ids.__contains__, self.prefix_block_size)
         n = -(-num_tokens // self.block_size)
-        if self.cache is not None and content is not None:
-            plans, need = self.cache.plan(seq_ids, num_tokens, content)
+        if self.cache is not None and block_hashes is not None:
+            plans, need = self.cache.plan(seq_ids, num_tokens, block_hashes)
         else:
             plans, need = None, n * len(self.managers) * len(seq_ids)
         keep = self.watermark_blocks(watermark) if watermark or type(watermark) is not float else 0
         if self.pool.get_num_free_blocks() - need < keep:
             return False
         if plans is not None:
-            self.cache.admit(seq_ids, num_tokens, final_len, content, plans)
+            self.cache.admit(seq_ids, num_tokens, final_len, block_hashes, plans)
             return True
         for seq_id in seq_ids:
             for m in self.managers:
@@ -167,10 +167,10 @@ class HybridAllocator:
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
-                 content: object = None) -> None:
+                 block_hashes: object = None) -> None:
         """Blocks for one new sequence (``allocate_group`` checks it); ``OutOfMemoryError``
         and nothing changed when they do not fit."""
-        if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
+        if not self.allocate_group([seq_id], num_tokens, final_len, block_hashes=block_hashes):
             raise OutOfMemoryError(
                 f"sequence {seq_id!r} needs {self.blocks_needed(num_tokens)} blocks for "
                 f"{num_tokens} tokens in {len(self.groups)} groups, "
@@ -321,14 +321,14 @@ class HybridAllocator:
             managers[g].own_new(k)
         for j, (seq_id, meta) in enumerate(zip(group.seq_ids, group.state["meta"],
                                                strict=True)):
-            num_tokens, final_len, first, grown_at, content, hashes = meta
+            num_tokens, final_len, first, grown_at, block_hashes, hashes = meta
             for m, table, f in zip(managers, flat[j * num_groups:(j + 1) * num_groups],
                                    first, strict=True):
                 m.add(seq_id, table, f)
-            seq = self.seqs[seq_id] = HybridSeq(num_tokens, final_len, content,
+            seq = self.seqs[seq_id] = HybridSeq(num_tokens, final_len, block_hashes,
                                                  branch_of(seq_id), list(hashes),
                                                  grown_at=grown_at)
-            if content is not None:
+            if block_hashes is not None:
                 self.cache.swapped_in(seq_id, seq)
         group.swapped_in = True
         self._swapped_ids.difference_update(group.seq_ids)

@@ -60,17 +60,17 @@ class HybridCache:
                     k, changed = kg, True
         return k
 
-    def lookup(self, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup(self, block_hashes: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence every group holds now (whole
         blocks, at most ``num_tokens - 1``: the last prompt token is always computed)."""
         bs = self.block_size
         most = max(num_tokens - 1, 0) // bs
         if not most or not self.pool.cached:
             return 0
-        return self.hit_blocks(content.chain(branch_of(seq_id), num_tokens // bs), most) * bs
+        return self.hit_blocks(block_hashes.chain(branch_of(seq_id), num_tokens // bs), most) * bs
 
     # -------------------------------------------------------- admission
-    def plan(self, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
+    def plan(self, seq_ids: Sequence[SeqId], num_tokens: int, block_hashes: BlockHashes):
         """Per sequence ``(hit blocks k, per group (first held index, hit blocks), chain)``
         and the blocks the admission takes from the free queue (new ones, and hits nobody
         holds); changes nothing."""
@@ -78,7 +78,7 @@ class HybridCache:
         n, most = -(-num_tokens // bs), max(num_tokens - 1, 0) // bs
         plans, from_queue, touched = [], 0, set()
         for seq_id in seq_ids:
-            chain = content.chain(branch_of(seq_id), num_tokens // bs)
+            chain = block_hashes.chain(branch_of(seq_id), num_tokens // bs)
             k = self.hit_blocks(chain, most) if most and pool.cached else 0
             hits = []
             for m in self.managers:
@@ -93,7 +93,7 @@ class HybridCache:
         return plans, from_queue
 
     def admit(self, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
-              content: BlockHashes, plans) -> None:
+              block_hashes: BlockHashes, plans) -> None:
         """Carry out a plan that fits: every hit held first (no new block may evict one),
         then new blocks, each full one named for its group as it is taken."""
         bs, managers = self.block_size, self.managers
@@ -105,7 +105,7 @@ class HybridCache:
             for m, (lo, blocks) in zip(managers, hits, strict=True):
                 names = [(m.index, h) for h in chain[k:]]
                 m.add(seq_id, [NULL_BLOCK] * lo + blocks + m.take(n - k, names), lo)
-            self.alloc.add_seq(seq_id, HybridSeq(num_tokens, final_len, content,
+            self.alloc.add_seq(seq_id, HybridSeq(num_tokens, final_len, block_hashes,
                                                  branch_of(seq_id), list(chain), k * bs))
 
     # ------------------------------------------------------------ naming

@@ -141,7 +141,7 @@ class KVCacheManager:
             return self._as_many_as_fit(list(seq_ids))
         if final_len is not None:
             if not alloc.allocate_group(seq_ids, num_new_tokens, final_len, fork_ids,
-                                        watermark, content=hashes):
+                                        watermark, block_hashes=hashes):
                 return None
             hits = [alloc.prefix_hit_tokens(s) for s in seq_ids]
             if self._host:

@@ -112,19 +112,20 @@ class PrefixCache(Protocol):
     #: tree takes a freed sequence's pages; vLLM's pool needs nothing more).
     acts_at_free: bool
 
-    def lookup(self, mgr: Any, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
-        """Tokens of a new ``num_tokens``-token sequence ``seq_id`` of ``content`` the
-        cache holds now (whole blocks, at most ``num_tokens - 1``). Changes nothing."""
+    def lookup(self, mgr: Any, block_hashes: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
+        """Tokens of a new ``num_tokens``-token sequence ``seq_id``, named by
+        ``block_hashes``, that the cache holds now (whole blocks, at most
+        ``num_tokens - 1``). Changes nothing."""
         ...
 
     def plan(self, mgr: Any, seq_ids: Sequence[SeqId], num_tokens: int,
-             content: BlockHashes) -> tuple[object, int]:
+             block_hashes: BlockHashes) -> tuple[object, int]:
         """An admission's plan (opaque to the manager) and the blocks it needs from the
         pool, hits not counted. Changes nothing: the manager checks the room first."""
         ...
 
     def admit(self, mgr: Any, seq_ids: Sequence[SeqId], num_tokens: int,
-              final_len: int | None, content: BlockHashes, plans: object) -> None:
+              final_len: int | None, block_hashes: BlockHashes, plans: object) -> None:
         """Carry out a plan that fits: each sequence added with its hits and new blocks."""
         ...
 

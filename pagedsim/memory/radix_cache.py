@@ -41,7 +41,7 @@ count equals its node's ``lock_ref``, and the unlocked pages are exactly the cac
    when the host holds all its keys (HiCache keeps an evicted node in the tree with its
    host copy; here the host finds the same pages by key, so no evicted node is kept).
 
-A sequence without ``content`` never touches the tree. Its ``hashes`` are its full pages'
+A sequence without ``block_hashes`` never touches the tree. Its ``hashes`` are its full pages'
 keys (a forked child starts with its parent's: its pages full at the fork keep the
 parent's keys, as ``prefix-cache``'s hashes do).
 """
@@ -69,21 +69,21 @@ class RadixCache:
         self.block_size = pool.block_size
         self.clock = 0  # logical time of last use (one tick per admission or free)
 
-    def lookup(self, mgr, content: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
+    def lookup(self, mgr, block_hashes: BlockHashes, num_tokens: int, seq_id: SeqId) -> int:
         """Tokens of a new ``num_tokens``-token sequence the tree holds now."""
         most = max(num_tokens - 1, 0) // self.block_size
         host = self.pool.host
         if not most or not (self.tree.root.children or host):
             return 0
         # The whole chain the admission will want, so that it is hashed once.
-        keys = content.chain(branch_of(seq_id), num_tokens // self.block_size)
+        keys = block_hashes.chain(branch_of(seq_id), num_tokens // self.block_size)
         m = self.tree.match(keys, most)[3]
         if host is not None:  # the prefix goes on in the host tier
             m += host.run(keys, m, most)
         return m * self.block_size
 
     # ------------------------------------------------------------- admission
-    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, content: BlockHashes):
+    def plan(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, block_hashes: BlockHashes):
         """Per sequence (branch, keys, tree hit m, hit with siblings' k, host hits after
         them), and the blocks the admission takes from the free list or the evictable
         pages; no change. Host hits (first sequence only) take new blocks."""
@@ -94,7 +94,7 @@ class RadixCache:
         need = 0
         for seq_id in seq_ids:
             branch = branch_of(seq_id)
-            keys = content.chain(branch, full)
+            keys = block_hashes.chain(branch, full)
             node, child, c, m = tree.match(keys, most)
             if child is not None and not child.lock_ref:
                 to_lock[child] = max(to_lock.get(child, 0), c)
@@ -114,7 +114,7 @@ class RadixCache:
         return plans, need + sum(to_lock.values())
 
     def admit(self, mgr, seq_ids: Sequence[SeqId], num_tokens: int, final_len: int | None,
-              content: BlockHashes, plans) -> None:
+              block_hashes: BlockHashes, plans) -> None:
         """Carry out a plan that fits (see the module docstring, step 1)."""
         bs, tree, pool, host = self.block_size, self.tree, self.pool, self.pool.host
         n, full = -(-num_tokens // bs), num_tokens // bs
@@ -156,7 +156,7 @@ class RadixCache:
                 tree.lock(leaf)
                 tree.unlock(node)
                 node = leaf
-            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, content, branch,
+            seq = mgr.add_seq(seq_id, Seq(table, num_tokens, final_len, block_hashes, branch,
                                            list(keys[:full]), (k + kh) * bs))
             seq.host_hit_tokens = kh * bs
             seq.node = node

@@ -115,12 +115,12 @@ class VAttentionAllocator:
     # ------------------------------------------------------------- admission
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[SeqId] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
+                       watermark: float = 0.0, block_hashes: object = None) -> bool:
         """A region and pages for each of ``seq_ids``, and pages held for each of
         ``fork_ids`` (their forks copy into them, so they cannot fail); False, and nothing
         changed, when the regions or the pages run out."""
         blocks = self.blocks
-        num_tokens, _ = checked_admission(seq_ids, fork_ids, num_tokens, final_len, content,
+        num_tokens, _ = checked_admission(seq_ids, fork_ids, num_tokens, final_len, block_hashes,
                                           self.__contains__, blocks.is_swapped_out, None)
         if num_tokens > self.max_model_len:
             raise ValueError(f"num_tokens ({num_tokens}) exceeds the virtual region of "
@@ -138,10 +138,10 @@ class VAttentionAllocator:
         return True
 
     def allocate(self, seq_id: SeqId, num_tokens: int, final_len: int | None = None,
-                 content: object = None) -> None:
+                 block_hashes: object = None) -> None:
         """A region for one new sequence; ``OutOfMemoryError`` saying why (no region, or
         no pages), and nothing changed, when it does not fit."""
-        if not self.allocate_group([seq_id], num_tokens, final_len, content=content):
+        if not self.allocate_group([seq_id], num_tokens, final_len, block_hashes=block_hashes):
             if self.num_seqs >= self.max_regions:
                 raise OutOfMemoryError(f"all {self.max_regions} virtual regions are in use")
             raise OutOfMemoryError(f"sequence {seq_id!r} needs "

@@ -175,7 +175,7 @@ class PagedView:
             need += 1  # copy-on-write of the shared last block
         return need <= self.num_free_blocks
 
-    def lookup_prefix(self, content: object, num_tokens: int, seq_id: Hashable) -> int:
+    def lookup_prefix(self, block_hashes: object, num_tokens: int, seq_id: Hashable) -> int:
         return 0  # no prefix cache
 
     def prefix_hit_tokens(self, seq_id: Hashable) -> int:
@@ -191,9 +191,9 @@ class PagedView:
 
     def allocate_group(self, seq_ids: Sequence[Hashable], num_tokens: int,
                        final_len: int | None = None, fork_ids: Sequence[Hashable] = (),
-                       watermark: float = 0.0, content: object = None) -> bool:
+                       watermark: float = 0.0, block_hashes: object = None) -> bool:
         """Admit a request, keeping ``watermark`` of the blocks free (forks share their
-        parent's blocks, so no room is held for them; ``content`` is for prefix caches)."""
+        parent's blocks, so no room is held for them; ``block_hashes`` is for prefix caches)."""
         ids = [*seq_ids, *fork_ids]
         if len(set(ids)) != len(ids) or any(s in self for s in ids):
             raise ValueError(f"sequence ids {ids!r} repeat or already exist")

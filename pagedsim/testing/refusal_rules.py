@@ -28,7 +28,7 @@ class RefusalRules:
             lambda: alloc.append_slot(-99), lambda: alloc.free(-99),
             lambda: alloc.fork(-99, fresh), lambda: alloc.swap_out([-99]),
             lambda: alloc.allocate_group([fresh, fresh], 1, 2),
-            lambda: alloc.allocate_group([fresh], 1, 2, content=5),
+            lambda: alloc.allocate_group([fresh], 1, 2, block_hashes=5),
         ]
         held = [c for children in self.held.values() for c in children]
         if held:  # a room held for a fork is not a running sequence

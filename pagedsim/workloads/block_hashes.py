@@ -25,40 +25,40 @@ from .prompts import block_key, chain_hash, named_tokens
 from .workload import Request
 
 
-def block_key_fast(content: Request, block_size: int, index: int, branch: int,
+def block_key_fast(request: Request, block_size: int, index: int, branch: int,
                    named: int) -> tuple:
-    """``block_key(content, block_size, index, branch)``, skipping the general walk when
-    block ``index`` is one run; ``named`` is :func:`named_tokens` of ``content``."""
+    """``block_key(request, block_size, index, branch)``, skipping the general walk when
+    block ``index`` is one run; ``named`` is :func:`named_tokens` of ``request``."""
     start = index * block_size
     end = start + block_size
-    plen = content.prompt_len
+    plen = request.prompt_len
     if end <= named:
-        pt = content.prompt_piece_tokens
+        pt = request.prompt_piece_tokens
         k, off = divmod(start, pt)
         if off + block_size <= pt:
-            return ((content.prompt_pieces[k], off, block_size),)  # type: ignore[index]
+            return ((request.prompt_pieces[k], off, block_size),)  # type: ignore[index]
     elif start >= named and start >= plen:
-        return ((-2, content.request_id, branch, start, block_size),)
-    elif named == 0 and end <= plen and content.prompt_pieces is None:
-        return ((-1, content.request_id, start, block_size),)
-    return block_key(content, block_size, index, branch)
+        return ((-2, request.request_id, branch, start, block_size),)
+    elif named == 0 and end <= plen and request.prompt_pieces is None:
+        return ((-1, request.request_id, start, block_size),)
+    return block_key(request, block_size, index, branch)
 
 
-def extend_chain(content: Request, block_size: int, branch: int, hashes: list[int],
+def extend_chain(request: Request, block_size: int, branch: int, hashes: list[int],
                  num_blocks: int) -> None:
     """Append to ``hashes`` (the chain's first ``len(hashes)`` hashes) the chained hashes
-    of blocks ``len(hashes)`` .. ``num_blocks - 1`` of one sequence of ``content``:
+    of blocks ``len(hashes)`` .. ``num_blocks - 1`` of one sequence of ``request``:
     ``hash((parent, key))``, as :func:`pagedsim.workloads.prompts.chain_hash` computes it."""
     j = len(hashes)
     if j >= num_blocks:
         return
     parent = hashes[-1] if hashes else 0
     append = hashes.append
-    named = named_tokens(content)
-    pieces = content.prompt_pieces
+    named = named_tokens(request)
+    pieces = request.prompt_pieces
     if pieces is not None:
         # The common case in one tight loop: blocks inside one piece of the named tokens.
-        pt = content.prompt_piece_tokens
+        pt = request.prompt_piece_tokens
         stop = min(num_blocks, named // block_size)
         if pt % block_size == 0:  # no block spans two pieces: walk piece by piece
             per_piece = pt // block_size
@@ -78,7 +78,7 @@ def extend_chain(content: Request, block_size: int, branch: int, hashes: list[in
             append(parent)
             j += 1
     while j < num_blocks:
-        parent = hash((parent, block_key_fast(content, block_size, j, branch, named)))
+        parent = hash((parent, block_key_fast(request, block_size, j, branch, named)))
         append(parent)
         j += 1
 
@@ -88,23 +88,30 @@ def branch_of(seq_id: object) -> int:
     return seq_id if type(seq_id) is int else hash(seq_id)
 
 
-def is_request(content: object) -> bool:
-    """Whether ``content`` can name a sequence's tokens: a request, or its hashes."""
-    return isinstance(content, BlockHashes) or hasattr(content, "request_id")
+def is_request(value: object) -> bool:
+    """Whether ``value`` can name a sequence's tokens: a request, or its hashes."""
+    return isinstance(value, BlockHashes) or hasattr(value, "request_id")
 
 
-def hashes_for(content: object, block_size: int | None) -> BlockHashes | None:
-    """``content`` (a request, or its hashes) as the hashes that name blocks of
-    ``block_size`` (hashed from now on unless it is those already); None when
-    ``block_size`` is None (no prefix cache: nothing is hashed, ``content`` only
-    checked). ``ValueError`` for anything that is not a request."""
-    if type(content) is BlockHashes and content.block_size == block_size:
-        return content  # the hot path: the scheduler's hashes
+def not_a_request(value: object) -> ValueError:
+    """The error for a ``block_hashes`` argument that is neither a request nor its hashes."""
+    return ValueError(f"block_hashes must be a request's BlockHashes or the request "
+                      f"itself, got {value!r:.80}")
+
+
+def hashes_for(block_hashes: object, block_size: int | None) -> BlockHashes | None:
+    """What an allocator was given as ``block_hashes`` (a request's hashes, or the request
+    itself) as the hashes that name blocks of ``block_size`` (hashed from now on unless it
+    is those already); None when ``block_size`` is None (no prefix cache: nothing is
+    hashed, ``block_hashes`` only checked). ``ValueError`` for anything that is not a
+    request or its hashes."""
+    if type(block_hashes) is BlockHashes and block_hashes.block_size == block_size:
+        return block_hashes  # the hot path: the scheduler's hashes
     if block_size is None:
-        if not is_request(content):
-            raise ValueError(f"content must be the request the tokens are of, got {content!r}")
+        if not is_request(block_hashes):
+            raise not_a_request(block_hashes)
         return None
-    return BlockHashes.of(content, block_size)
+    return BlockHashes.of(block_hashes, block_size)
 
 
 class BlockHashes:
@@ -118,20 +125,20 @@ class BlockHashes:
 
     def __init__(self, request: Request, block_size: int) -> None:
         if not hasattr(request, "request_id"):
-            raise ValueError(f"content must be the request the tokens are of, got {request!r}")
+            raise not_a_request(request)
         self._request = request
         self.block_size = check_int("block_size", block_size, minimum=1)
         self._chains: dict[int, list[int]] = {}  # branch -> its hashes so far
 
     @classmethod
-    def of(cls, content: object, block_size: int) -> BlockHashes:
-        """``content`` as hashes for blocks of ``block_size``: itself when it is already
-        (for that block size), else a request's, hashed from now on."""
-        if type(content) is cls and content.block_size == block_size:  # type: ignore[union-attr]
-            return content  # type: ignore[return-value]
-        if isinstance(content, BlockHashes):
-            content = content._request  # another block size: hash anew
-        return cls(content, block_size)  # type: ignore[arg-type]
+    def of(cls, source: object, block_size: int) -> BlockHashes:
+        """``source`` (a request, or hashes of one) as hashes for blocks of ``block_size``:
+        itself when it is those already, else the request's, hashed from now on."""
+        if type(source) is cls and source.block_size == block_size:  # type: ignore[union-attr]
+            return source  # type: ignore[return-value]
+        if isinstance(source, BlockHashes):
+            source = source._request  # another block size: hash anew
+        return cls(source, block_size)  # type: ignore[arg-type]
 
     def chain(self, branch: int, num_blocks: int) -> list[int]:
         """The first ``num_blocks`` chained hashes of the sequence on ``branch`` (do not

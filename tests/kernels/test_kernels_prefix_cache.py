@@ -197,8 +197,8 @@ def test_self_driven_prefill_shares_blocks_and_matches_dense(seed):
     b = pagedsim.Request(1, 0.0, 10, 1, prompt_pieces=(7, 8, 10), prompt_piece_tokens=BS)
     ta, tb = _tokens(a, 256), _tokens(b, 256)
     assert ta[:8] == tb[:8] and ta[8:10] != tb[8:10]
-    la = decoder.prefill(cache, ["a"], [ta], contents=[a])
-    lb = decoder.prefill(cache, ["b"], [tb], contents=[b])
+    la = decoder.prefill(cache, ["a"], [ta], requests=[a])
+    lb = decoder.prefill(cache, ["b"], [tb], requests=[b])
     assert cache.allocator.prefix_hit_tokens("b") == 8
     assert cache.block_table("b")[:2] == cache.block_table("a")[:2]
     for logits, toks in ((la, ta), (lb, tb)):

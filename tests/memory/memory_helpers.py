@@ -22,4 +22,4 @@ def req(rid: int, pieces: tuple[int, ...], prompt_len: int | None = None,
 
 def admit(a: BlockManager, seq_id: int, r: Request) -> bool:
     """Admit ``r``'s whole prompt as sequence ``seq_id``, room for its output reserved."""
-    return a.allocate_group([seq_id], r.prompt_len, r.prompt_len + r.output_len, content=r)
+    return a.allocate_group([seq_id], r.prompt_len, r.prompt_len + r.output_len, block_hashes=r)

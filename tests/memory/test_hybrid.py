@@ -206,13 +206,13 @@ def test_a_hit_is_the_longest_prefix_every_group_accepts():
 def test_prefix_cache_serves_a_repeated_prompt_from_every_group():
     a = hybrid(cache=True)
     r = Request(1, 0.0, 20, 4, prompt_pieces=(7,), prompt_piece_tokens=64)
-    assert a.allocate_group([1], 20, 24, content=r)
+    assert a.allocate_group([1], 20, 24, block_hashes=r)
     for _ in range(4):
         a.append_slot(1)
     a.free(1)  # its blocks stay cached, the sliding group's behind the window too
     r2 = Request(2, 0.0, 22, 4, prompt_pieces=(7,), prompt_piece_tokens=64)
     assert a.lookup_prefix(r2, 22, 2) == 20
-    assert a.allocate_group([2], 22, 26, content=r2) and a.prefix_hit_tokens(2) == 20
+    assert a.allocate_group([2], 22, 26, block_hashes=r2) and a.prefix_hit_tokens(2) == 20
     full, slide = a.block_tables(2)
     assert slide[:3] == [NULL_BLOCK] * 3  # only the last two hit blocks are held
     assert slide[3:5] == full[3:5] or a.ref_count(slide[3]) == 1

@@ -127,7 +127,7 @@ class HybridPrefixMachine(RuleBasedStateMachine):
         own = self._own_hits(r, seq)
         assert found % self.alloc.block_size == 0 and found <= max(length - 1, 0)
         assert all(found <= h for h in own), (found, own)  # never more than any group holds
-        if self.alloc.allocate_group([seq], length, length + 8, content=r):
+        if self.alloc.allocate_group([seq], length, length + 8, block_hashes=r):
             assert self.alloc.prefix_hit_tokens(seq) == found
 
     @precondition(lambda self: self.alloc.num_seqs)

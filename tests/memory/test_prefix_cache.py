@@ -105,7 +105,7 @@ def test_an_admission_that_does_not_fit_changes_nothing():
     assert not admit(a, 3, big)
     assert a.snapshot() == before and a.evicted_blocks == evicted
     with pytest.raises(Exception, match="needs"):
-        a.allocate(3, big.prompt_len, content=big)
+        a.allocate(3, big.prompt_len, block_hashes=big)
     assert a.snapshot() == before
     a.check_invariants()
 
@@ -122,7 +122,7 @@ def test_decode_filled_blocks_are_cached_and_found_by_a_recomputation():
     n = r.prompt_len + BS + 3
     assert a.lookup_prefix(r, n, 7) == 2 * BS
     assert a.lookup_prefix(r, n, 8) == BS  # another sample's output is not the same
-    assert a.allocate_group([7], n, content=r) and a.prefix_hit_tokens(7) == 2 * BS
+    assert a.allocate_group([7], n, block_hashes=r) and a.prefix_hit_tokens(7) == 2 * BS
 
 
 def test_multi_turn_outputs_in_pieces_hit_the_next_turn():
@@ -142,8 +142,8 @@ def test_dedup_switches_a_filled_block_to_the_cached_copy():
         a = PrefixCachingAllocator(8, BS, dedup=dedup)
         turn = Request(1, 0.0, 8, BS, prompt_pieces=(1, 2), prompt_piece_tokens=BS,
                        output_in_pieces=True)
-        a.allocate_group([1], 8, content=turn)
-        a.allocate_group([2], 8, content=turn)  # the same partial block: no hit, own block
+        a.allocate_group([1], 8, block_hashes=turn)
+        a.allocate_group([2], 8, block_hashes=turn)  # the same partial block: no hit, own block
         for _ in range(8):
             a.append_slot(1)
             last, _ = a.append_slot(2)
@@ -186,7 +186,7 @@ def test_an_admission_after_a_lookup_sees_evictions_made_in_between():
     assert a.lookup_prefix(h2, 4 * BS, 2) == 3 * BS
     assert admit(a, 3, req(3, (20, 21, 22, 23)))  # evicts the blocks of 13 and 12
     a.free(3)
-    assert a.allocate_group([2], 4 * BS, 4 * BS, content=h2)
+    assert a.allocate_group([2], 4 * BS, 4 * BS, block_hashes=h2)
     assert a.prefix_hit_tokens(2) == 2 * BS
     assert a.block_table(2)[:2] == [0, 1]
     a.check_invariants()

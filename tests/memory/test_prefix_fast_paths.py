@@ -70,7 +70,7 @@ def _random_walk(alloc: BlockManager, rng: random.Random, steps: int) -> None:
                         prompt_pieces=(rng.randint(0, 2), rng.randint(0, 2), next_id),
                         prompt_piece_tokens=16)
             final = r.prompt_len + r.output_len
-            if alloc.allocate_group([next_id], r.prompt_len, final, content=r):
+            if alloc.allocate_group([next_id], r.prompt_len, final, block_hashes=r):
                 live.append(next_id)
         elif op < 0.45:
             next_id += 1
@@ -133,8 +133,8 @@ def test_a_duplicate_takes_over_when_the_first_copy_is_evicted() -> None:
     a = PrefixCachingAllocator(8, 4)
     two = Request(1, 0.0, 8, 4, prompt_pieces=(5, 6), prompt_piece_tokens=4)
     three = Request(3, 0.0, 12, 4, prompt_pieces=(5, 6, 7), prompt_piece_tokens=4)
-    assert a.allocate_group([1], 8, 12, content=two)
-    assert a.allocate_group([2], 8, 12, content=two)
+    assert a.allocate_group([1], 8, 12, block_hashes=two)
+    assert a.allocate_group([2], 8, 12, block_hashes=two)
     first, dup = a.block_table(1)[1], a.block_table(2)[1]
     assert first != dup and a.block_hash(first) == a.block_hash(dup) is not None
     a.check_invariants()

@@ -114,7 +114,7 @@ def test_an_admission_that_does_not_fit_changes_nothing():
     assert not admit(a, 3, big)
     assert a.snapshot() == before and a.evicted_blocks == evicted
     with pytest.raises(OutOfMemoryError, match="needs"):
-        a.allocate(3, big.prompt_len, content=big)
+        a.allocate(3, big.prompt_len, block_hashes=big)
     assert a.snapshot() == before
     # Cached pages that will be hit are no room for new ones: 3 hits leave 2 free blocks
     # for the 3 new ones (counting the cached pages as room too would say 5)
@@ -193,7 +193,7 @@ def test_insert_on_free_deduplicates_pages_the_tree_already_holds():
     a = RadixAllocator(16, BS)
     out = released(a)
     r = req(1, (10, 11, 12, 13), 3 * BS + 4)
-    assert a.allocate_group([1], BS, content=r)  # a first chunk: page 0 goes in the tree
+    assert a.allocate_group([1], BS, block_hashes=r)  # a first chunk: page 0 goes in the tree
     assert admit(a, 2, r)  # the whole prompt: hits page 0, puts pages 1 and 2 in
     assert a.prefix_hit_tokens(2) == BS
     a.extend(1, 2 * BS)  # seq 1 computes pages 1 and 2 again, privately
@@ -221,7 +221,7 @@ def test_decode_filled_pages_go_in_at_free_and_a_recomputation_finds_them():
     n = r.prompt_len + BS + 3
     assert a.lookup_prefix(r, n, 7) == 2 * BS
     assert a.lookup_prefix(r, n, 8) == BS  # another sample's output is not the same
-    assert a.allocate_group([7], n, content=r) and a.prefix_hit_tokens(7) == 2 * BS
+    assert a.allocate_group([7], n, block_hashes=r) and a.prefix_hit_tokens(7) == 2 * BS
     a.check_invariants()
 
 
@@ -305,7 +305,7 @@ class ContentMachine(RuleBasedStateMachine):
     def admit_seqs(self, r: Request, ids: list[int], num_tokens: int) -> bool:
         hit_now = self.alloc.lookup_prefix(r, num_tokens, ids[0])
         before = self.alloc.snapshot()
-        if not self.alloc.allocate_group(ids, num_tokens, num_tokens + 4, content=r):
+        if not self.alloc.allocate_group(ids, num_tokens, num_tokens + 4, block_hashes=r):
             assert self.alloc.snapshot() == before, "a failed admission changed the allocator"
             assert not self.released
             return False
@@ -538,10 +538,10 @@ def test_lfu_eviction_keeps_the_prefix_hit_more_often():
     for scheme in ("radix", "radix-lfu"):
         a = make_allocator(scheme, 6 * 4, block_size=4)
         for i, piece in [(0, 1), (1, 1), (2, 2)]:  # piece 1 twice (a hit), piece 2 once
-            assert a.allocate_group([i], 9, 10, content=prompt(i, piece))
+            assert a.allocate_group([i], 9, 10, block_hashes=prompt(i, piece))
             a.free(i)
         other = Request(9, 0.0, 16, 1, prompt_pieces=(7, 8, 9, 10), prompt_piece_tokens=4)
-        assert a.allocate_group([9], 16, 17, content=other)  # 4 blocks: one leaf evicted
+        assert a.allocate_group([9], 16, 17, block_hashes=other)  # 4 blocks: one leaf evicted
         a.check_invariants()
         assert a.evicted_blocks == 2
         kept[scheme] = (a.lookup_prefix(prompt(3, 1), 9, 3), a.lookup_prefix(prompt(4, 2), 9, 4))

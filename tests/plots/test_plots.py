@@ -138,7 +138,7 @@ class _WithContent:
         pieces = tuple(range(seq_id % 3 + 1)) + (1000 + seq_id,) * (n // bs + 1)
         r = Request(seq_id, 0.0, max(n, 1), final_len - n + 1, prompt_pieces=pieces,
                     prompt_piece_tokens=bs)
-        self.alloc.allocate(seq_id, n, final_len, content=r)
+        self.alloc.allocate(seq_id, n, final_len, block_hashes=r)
 
     def __getattr__(self, name: str):
         return getattr(self.alloc, name)

@@ -23,7 +23,7 @@ def _req(rid: int, pieces: tuple[int, ...], prompt_len: int) -> Request:
 def _pool_with_cache() -> BlockManager:
     """8 blocks of 4: A (10 tokens, 2 full blocks) freed, then C holds 2 new blocks."""
     pool = PrefixCachingAllocator(8, 4)
-    pool.allocate("A", 10, final_len=12, content=_req(0, (1, 2, 3), 10))
+    pool.allocate("A", 10, final_len=12, block_hashes=_req(0, (1, 2, 3), 10))
     pool.free("A")
     pool.allocate("C", 5, final_len=8)
     return pool

@@ -25,10 +25,10 @@ def _req(rid: int, pieces: tuple[int, ...], prompt_len: int) -> Request:
 def _pool() -> BlockManager:
     """A's 3 pages cached, B (sharing A's first 2) and C (sharing 1) running."""
     pool = RadixAllocator(16, 4)
-    pool.allocate("A", 15, final_len=17, content=_req(0, (10, 11, 12, 13), 15))
+    pool.allocate("A", 15, final_len=17, block_hashes=_req(0, (10, 11, 12, 13), 15))
     pool.free("A")
-    pool.allocate("B", 14, final_len=16, content=_req(1, (10, 11, 20, 21), 14))
-    pool.allocate("C", 15, final_len=17, content=_req(2, (10, 99, 12, 13), 15))
+    pool.allocate("B", 14, final_len=16, block_hashes=_req(1, (10, 11, 20, 21), 14))
+    pool.allocate("C", 15, final_len=17, block_hashes=_req(2, (10, 99, 12, 13), 15))
     return pool
 
 
