@@ -9,6 +9,7 @@ suite's ``test_mutant_is_caught`` stops at their first failure).
 
 from __future__ import annotations
 
+import functools
 import types
 from pathlib import Path
 
@@ -81,13 +82,20 @@ TASK_LOCAL = [
 ]
 
 
+@functools.cache
+def _graded_mutant(lab_id: int, mutant: str):
+    """Lab ``lab_id`` graded in full with its mutant ``mutant`` planted (once a session:
+    two tests read lab 4's)."""
+    return grade(lab_id, mutant=mutant, labs_dir=LABS_DIR)
+
+
 @pytest.mark.parametrize(("lab_id", "mutant", "concept"), TASK_LOCAL,
                          ids=[f"lab{lab}-{m}" for lab, m, _ in TASK_LOCAL])
 def test_a_planted_mistake_costs_points_in_its_own_task_only(
         lab_id: int, mutant: str, concept: str) -> None:
     lab = get_lab(lab_id, LABS_DIR)
     own = set(get_mutant(lab, mutant).caught_by)
-    result = grade(lab_id, mutant=mutant, labs_dir=LABS_DIR)
+    result = _graded_mutant(lab_id, mutant)
     lost = {t.marker for t in result.tasks if t.lost_points}
     assert lost == own, f"{mutant} should lose points in {sorted(own)} only:\n" \
                         + result.table()
@@ -112,7 +120,7 @@ def test_lend_replaces_a_modules_functions_for_a_block_only() -> None:
 def test_a_property_failure_reads_as_the_steps_that_break_it() -> None:
     """Lab 4's state machine caught the mutant: its feedback lists the steps in words and
     the check that failed, not hypothesis's replay program (pagedsim.labs.steps)."""
-    out = grade(4, mutant="token-counts-shared-twice", labs_dir=LABS_DIR).task("lab4_3").output
+    out = _graded_mutant(4, "token-counts-shared-twice").task("lab4_3").output
     assert "The steps that break it (the shortest found):" in out, out
     assert "then the check 'categories partition capacity' fails." in out, out
     for machinery in ("reproduce_failure", "state = ", "data=data(", "Draw 1"):
