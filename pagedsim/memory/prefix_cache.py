@@ -1,10 +1,9 @@
 """Automatic prefix caching, as vLLM v1 does it: paged blocks that outlive their requests.
 
 A full block is named by its *chained hash*: the hash of its parent block's hash and its
-own tokens (:func:`pagedsim.workloads.prompts.block_key`), so two blocks with equal hashes hold
-equal
-prefixes. When a request frees its blocks, the full ones keep their K/V and their hash:
-they are *cached*. A later request whose prompt starts with the same blocks finds them
+own tokens (:func:`pagedsim.workloads.prompts.block_key`), so two blocks with equal hashes
+hold equal prefixes. When a request frees its blocks, the full ones keep their K/V and their
+hash: they are *cached*. A later request whose prompt starts with the same blocks finds them
 through the hash map and shares them (reference count + 1) instead of computing them.
 
 :func:`PrefixCachingAllocator` builds the one block-table manager
