@@ -37,7 +37,7 @@ from dataclasses import replace
 
 from ..errors import OutOfMemoryError
 from ..validate import check_fraction, check_int
-from ..workloads.block_hashes import BlockHashes, branch_of, hashes_for
+from ..workloads.block_hashes import branch_of, hashes_for
 from .base import (
     AppendResult,
     FromPool,
@@ -94,8 +94,7 @@ class BlockManager:
             num_tokens = check_int("num_tokens", num_tokens, minimum=0)
         if self.cache is None or block_hashes is None:
             return 0
-        if type(block_hashes) is not BlockHashes or block_hashes.block_size != self.block_size:
-            block_hashes = hashes_for(block_hashes, self.block_size)  # (the scheduler's: no call)
+        block_hashes = hashes_for(block_hashes, self.block_size)  # the scheduler's: as given
         return self.cache.lookup(self, block_hashes, num_tokens, seq_id)
 
     def allocate_group(self, seq_ids: Sequence[SeqId], num_tokens: int,
