@@ -290,7 +290,8 @@ _PARAM_FLAGS = {
     "policy": "--policy", "order": "--order", "on_too_long": "--on-too-long",
     "cost_profile": "--cost-profile",
     "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
-    "max_model_len_tokens": "--max-model-len", "max_concurrency": "--max-concurrency",
+    "max_model_len_tokens": "--max-model-len", "max_model_len": "--max-model-len",
+    "max_concurrency": "--max-concurrency",
     "random_input_len": "--random-input-len", "random_output_len": "--random-output-len",
     "random_range_ratio": "--random-range-ratio",
 }

@@ -31,7 +31,11 @@ from ..workloads.random_dataset import (
     length_range,
     random_workload_config,
 )
-from ..workloads.sharing_workloads import SHARING_WORKLOAD_NAMES, sharing_workload
+from ..workloads.sharing_workloads import (
+    SHARING_WORKLOAD_NAMES,
+    sharing_config,
+    sharing_workload,
+)
 from ..workloads.traces import ON_TOO_LONG, Trace
 from ..workloads.workload import MAX_NUM_REQUESTS as WORKLOAD_MAX_NUM_REQUESTS
 from ..workloads.workload import (
@@ -193,6 +197,11 @@ class Experiment:
                                  f"got {width}")
         if self.rate_per_s is not None:
             check_rate_per_s(self.rate_per_s, "rate")
+        if self.workload in SHARING_WORKLOAD_NAMES:  # its longest request must fit: now,
+            # not once the runs make the requests
+            assert self.num_requests is not None and self.rate_per_s is not None
+            sharing_config(self.workload, self.num_requests, float(self.rate_per_s),
+                           self.seed, self.max_model_len, self.n, self.beam_width)
         if self.workload not in WORKLOAD_NAMES and os.path.exists(self.workload) \
                 and not os.path.isfile(self.workload):  # a FIFO or device: never opened
             raise ValueError(f"workload {self.workload!r} is "

@@ -330,37 +330,46 @@ def _first(requests: list[Request], count: int) -> list[Request]:
     return requests[:count]  # sorted by arrival, ids 0.. in order: still 0..count-1
 
 
-def sharing_workload(name: str, num_requests: int, rate_per_s: float = 1.0, seed: int = 0,
-                     max_model_len: int = 2048, n: int = 1,
-                     beam_width: int = 1) -> list[Request]:
-    """The workload ``name`` (one of :data:`SHARING_WORKLOAD_NAMES`) with its default
-    shape and ``num_requests`` requests, for experiments and the CLI.
+def sharing_config(name: str, num_requests: int, rate_per_s: float = 1.0, seed: int = 0,
+                   max_model_len: int = 2048, n: int = 1, beam_width: int = 1
+                   ) -> SystemPromptConfig | MultiTurnConfig | FewShotConfig:
+    """The config of the workload ``name`` (one of :data:`SHARING_WORKLOAD_NAMES`) with its
+    default shape, sized for ``num_requests`` requests, checked and not yet generated: a
+    shape whose longest possible request exceeds ``max_model_len`` tokens is refused here,
+    before any request is made (an experiment checks it when it is built).
 
     Defaults keep the mean prompt near ShareGPT's 161 tokens: ``system-prompt`` 10 groups
     (fewer if fewer requests) of a 96-token system prompt + 1..130 user tokens, 1..676
     output tokens (mean 338.5, ShareGPT's 339); ``few-shot`` 4 shots of 32 tokens + a
     1..66-token question, 1..676 output tokens; ``multi-turn`` conversations of 4 turns,
     messages of 1..64 tokens and outputs of 1..112 (mean prompt about 166 tokens over the
-    turns; outputs are short because each one lengthens every later prompt). Requests
-    are cut to the first ``num_requests`` arrivals (a last group or conversation may be
-    partial).
+    turns; outputs are short because each one lengthens every later prompt).
     """
     check_choice("sharing workload", name, SHARING_WORKLOAD_NAMES)
     check_num_requests(num_requests)
     common = dict(rate_per_s=rate_per_s, seed=seed, max_model_len=max_model_len, n=n,
                   beam_width=beam_width)
-    make: Callable[[], list[Request]]
     if name == "system-prompt":
         groups = min(10, num_requests)
-        per_group = -(-num_requests // groups)
-        cfg_s = SystemPromptConfig(groups=groups, per_group=per_group, **common)
-        make = lambda: generate_system_prompt(cfg_s)  # noqa: E731
-    elif name == "multi-turn":
+        return SystemPromptConfig(groups=groups, per_group=-(-num_requests // groups),
+                                  **common)
+    if name == "multi-turn":
         turns = MultiTurnConfig.__dataclass_fields__["turns"].default
-        cfg_m = MultiTurnConfig(conversations=-(-num_requests // turns), turns=turns,
-                                **common)
-        make = lambda: generate_multi_turn(cfg_m)  # noqa: E731
-    else:
-        cfg_f = FewShotConfig(num_requests=num_requests, **common)
-        make = lambda: generate_few_shot(cfg_f)  # noqa: E731
-    return _first(make(), num_requests)
+        return MultiTurnConfig(conversations=-(-num_requests // turns), turns=turns,
+                               **common)
+    return FewShotConfig(num_requests=num_requests, **common)
+
+
+def sharing_workload(name: str, num_requests: int, rate_per_s: float = 1.0, seed: int = 0,
+                     max_model_len: int = 2048, n: int = 1,
+                     beam_width: int = 1) -> list[Request]:
+    """The workload ``name`` (one of :data:`SHARING_WORKLOAD_NAMES`) with its default
+    shape (:func:`sharing_config`) and ``num_requests`` requests, for experiments and the
+    CLI. Requests are cut to the first ``num_requests`` arrivals (a last group or
+    conversation may be partial)."""
+    config = sharing_config(name, num_requests, rate_per_s, seed, max_model_len, n,
+                            beam_width)
+    make: Callable[..., list[Request]] = {
+        SystemPromptConfig: generate_system_prompt, MultiTurnConfig: generate_multi_turn,
+        FewShotConfig: generate_few_shot}[type(config)]
+    return _first(make(config), num_requests)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from pagedsim.cli import build_parser, main
 from pagedsim.experiments import cache_replay
 from pagedsim.experiments import runner as runner_module
+from pagedsim.experiments.spec import Experiment
 
 
 class SimulationStarted(Exception):
@@ -116,7 +117,18 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*args: object, **kwargs: object) -> None:
         raise SimulationStarted
 
-    monkeypatch.setattr(runner_module, "run_scheme", started)
+    def run_started(exp: Experiment, *args: object, **kwargs: object) -> None:
+        # A run's first act is to make its requests: a workload that cannot be made
+        # (few-shot prompts longer than --max-model-len) fails here, after the start,
+        # where it would fail in the run; every check must come before.
+        try:
+            next(iter(exp.iter_requests()), None)
+        except ValueError as exc:
+            raise AssertionError(f"the run started, then failed making its requests: "
+                                 f"{exc}") from None
+        raise SimulationStarted
+
+    monkeypatch.setattr(runner_module, "run_scheme", run_started)
     monkeypatch.setattr(cache_replay, "replay", started)
 
 
@@ -136,6 +148,11 @@ def pairs(draw: st.DrawFn) -> tuple[str, list[tuple[str, str]]]:
 @example(case=("sweep cache-size", [("--num-gpus", "9007199254740992"),
                                     ("--block-size", "9007199254740992")]))
 @example(case=("sweep cache-size", [("--block-size", "10000001"), ("--num-gpus", "1")]))
+# Found by --hypothesis-seed=7202 (issue 37): prefix-sharing prompts longer than
+# --max-model-len were refused only once the runs made their requests (compare: after the
+# start line, naming no flag; sweep cache-size: naming --num-requests / --block-size).
+@example(case=("sweep cache-size", [("--workload", "few-shot"), ("--max-model-len", "2")]))
+@example(case=("compare", [("--workload", "multi-turn"), ("--max-model-len", "16")]))
 def test_flag_pairs_end_in_a_run_or_one_line_naming_a_flag(
         case, files: dict[str, str], stubbed: None,
         capsys: pytest.CaptureFixture[str]) -> None:

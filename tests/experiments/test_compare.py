@@ -101,6 +101,18 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], needle: str,
     assert captured.out == ""
 
 
+@pytest.mark.parametrize("workload, longest", [
+    ("few-shot", 870), ("multi-turn", 704), ("system-prompt", 902)])
+def test_a_sharing_workload_longer_than_max_model_len_is_refused_when_built(
+        workload: str, longest: int) -> None:
+    """Its prompts are not clipped (that would break what they share): the experiment
+    refuses the shape when it is built, not once a run makes its requests."""
+    Experiment(workload=workload, num_requests=4, max_model_len_tokens=longest)
+    with pytest.raises(ValueError, match=f"longest request is {longest} tokens, over "
+                                         f"max_model_len {longest - 1}"):
+        Experiment(workload=workload, num_requests=4, max_model_len_tokens=longest - 1)
+
+
 def test_trace_workload(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_s,prompt_len,output_len\n"
