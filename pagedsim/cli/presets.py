@@ -23,6 +23,7 @@ from ..units import GiB, KiB, MiB
 from ..wording import count
 from .argtypes import csv_list, gib_to_bytes, preset, shown, whole
 from .base import UNITS_NOTE, CliError
+from .flag_errors import error_naming_flags
 from .vllm_budget import run_vllm_budget, wants_vllm_report
 
 # --------------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def _preset_lines(b: KVBudget) -> list[str]:
 
 def run_budget(args: argparse.Namespace) -> int:
     if args.seq_len < 1:
-        raise ValueError(f"--seq-len must be >= 1, got {args.seq_len!r}")
+        raise CliError(f"argument --seq-len: must be >= 1 token, got {args.seq_len!r}")
     chosen = get_budget_preset(args.preset) if args.preset else None
     for flag, value in (("--model", args.model), ("--gpu", args.gpu)):
         if flag == "--gpu" and args.kv_cache_memory_gb is not None:
@@ -254,18 +255,21 @@ def run_budget(args: argparse.Namespace) -> int:
     spec = get_model(pick(args.model, chosen and chosen.model, None))
     if wants_vllm_report(args, spec):
         return run_vllm_budget(args, spec, chosen)
-    b = kv_budget(
-        pick(args.model, chosen and chosen.model, None),
-        pick(args.gpu, chosen and chosen.gpu, None),
-        weights_bytes=pick(args.weights_gb, chosen and chosen.weights_bytes, None),
-        gpu_memory_utilization=pick(args.gpu_memory_utilization,
-                                    chosen and chosen.gpu_memory_utilization,
-                                    BUDGET_UTILIZATION),
-        activation_bytes=pick(args.activation_gb, chosen and chosen.activation_bytes,
-                              BUDGET_ACTIVATION_BYTES),
-        block_size=16 if args.block_size is None else args.block_size,
-        num_gpus=pick(args.num_gpus, chosen and chosen.num_gpus, 1),
-    )
+    try:
+        b = kv_budget(
+            pick(args.model, chosen and chosen.model, None),
+            pick(args.gpu, chosen and chosen.gpu, None),
+            weights_bytes=pick(args.weights_gb, chosen and chosen.weights_bytes, None),
+            gpu_memory_utilization=pick(args.gpu_memory_utilization,
+                                        chosen and chosen.gpu_memory_utilization,
+                                        BUDGET_UTILIZATION),
+            activation_bytes=pick(args.activation_gb, chosen and chosen.activation_bytes,
+                                  BUDGET_ACTIVATION_BYTES),
+            block_size=16 if args.block_size is None else args.block_size,
+            num_gpus=pick(args.num_gpus, chosen and chosen.num_gpus, 1),
+        )
+    except ValueError as exc:  # no room for a KV cache, a block larger than it, ...
+        raise error_naming_flags(exc, args) from None  # named by the flags that set them
     if args.json:
         named = preset_of(b.model, b.gpu, b.num_gpus, b.gpu_memory_utilization,
                           b.activation_bytes, b.weights_bytes)

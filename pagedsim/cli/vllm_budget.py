@@ -15,6 +15,7 @@ from ..models.vllm_kv import DEFAULT_MAX_NUM_BATCHED_TOKENS, VllmKVCache, vllm_k
 from ..units import GiB, KiB, MiB
 from ..validate import check_int
 from .base import CliError
+from .flag_errors import error_naming_flags
 
 #: Flags that ask for vLLM's sizing (with any of them, or a model that is not uniform
 #: full attention, ``pagedsim budget`` prints this report instead of the seed's).
@@ -222,9 +223,11 @@ def _memory_from_gpu(args: argparse.Namespace, spec: ModelSpec, chosen: object,
     usable = int(gpu.memory_bytes * utilization)
     memory = usable - weights // num_gpus - activation // num_gpus
     if memory <= 0:
-        raise ValueError(f"no room for a KV cache: {spec.name}'s weights ({_size(weights)}) "
-                         f"and activations over {num_gpus} x {gpu.name} leave "
-                         f"{_size(memory)} per GPU; use more GPUs or --kv-cache-memory-gb")
+        raise error_naming_flags(ValueError(
+            f"no room for a KV cache: {spec.name}'s weights ({_size(weights)}) and "
+            f"activations over {num_gpus} x {gpu.name} leave {_size(memory)} per GPU; use "
+            "more GPUs (--tensor-parallel-size, --pipeline-parallel-size) or "
+            "--kv-cache-memory-gb"), args)
     line = (f"KV memory per GPU = {_size(gpu.memory_bytes)} x {utilization:g} - "
             f"{_size(weights)} weights / {num_gpus} - {_size(activation)} activations / "
             f"{num_gpus} = {_size(memory)} (vLLM measures this at start-up; "

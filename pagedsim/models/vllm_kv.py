@@ -156,6 +156,8 @@ def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int | Sequence[
     spec = get_model(model) if isinstance(model, str) else model
     tp = check_int("tensor_parallel_size", tensor_parallel_size, minimum=1)
     pp = check_int("pipeline_parallel_size", pipeline_parallel_size, minimum=1)
+    # The split first: it refuses more stages than layers before a figure per stage is made.
+    split = pp_layer_split(len(spec.kv_layers), pp)
     if isinstance(kv_cache_memory_bytes, (list, tuple)):
         if len(kv_cache_memory_bytes) not in (1, pp):
             raise ValueError(f"kv_cache_memory_bytes lists {len(kv_cache_memory_bytes)} "
@@ -179,7 +181,6 @@ def vllm_kv_cache(model: ModelSpec | str, kv_cache_memory_bytes: int | Sequence[
     if any(layer.kind == "state" for layer in layers):
         raise ValueError(f"{spec.name} has fixed-state (Mamba / linear-attention) layers; "
                          "vLLM's page padding for them is not modelled")
-    split = pp_layer_split(len(layers), pp)
     stage_of = [s for s, count in enumerate(split) for _ in range(count)]
     kv_index = [i for i, layer in enumerate(layers) if layer.kind != "none"]
     if not kv_index:

@@ -312,3 +312,23 @@ def test_cache_replay_zero_output_error_names_a_flag_it_has(tmp_path: Path, caps
     assert row["queries"] == 600  # the zero-output row's prompt is not replayed
     _one_error(capsys, ["cache-replay", "multi-turn", "--skip-zero-output"],
                "--skip-zero-output: applies to a trace file")
+
+
+@pytest.mark.parametrize("stages", ["100000000", "9007199254740992"])
+def test_pipeline_stages_past_the_layers_are_refused_before_any_per_stage_figure(
+        capsys, stages: str) -> None:
+    """Was: budget made one KV figure per pipeline stage before checking the stages
+    against the model's layers: 800 MB and 3.7 s for 10**8 stages, MemoryError (a
+    traceback) for 2**53."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        line = _one_error(capsys, ["budget", "--preset", "paper-opt-13b",
+                                   "--pipeline-parallel-size", stages],
+                          "argument --pipeline-parallel-size:")
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "exceeds the 40 layers; valid: 1 to 40" in line
+    assert peak_bytes < 64 * 2**20, peak_bytes
