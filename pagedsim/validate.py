@@ -32,3 +32,12 @@ def check_choice(name: str, value: object, choices: tuple[str, ...] | list[str])
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, choices))}")
     return str(value)
+
+
+def shown_value(value: object) -> str:
+    """``repr(value)`` for an error message, cut short: a 4,000-digit number is shown by
+    its digit count, anything else at most 60 characters."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        return f"a {len(str(abs(value))):,}-digit number"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "..."

@@ -33,7 +33,9 @@ def add_calibrate(subparsers: argparse._SubParsersAction) -> None:
                      "The flags describe the server the files measured."),
     )
     p.add_argument("results", nargs="+", metavar="RESULTS.json",
-                   help="result files of runs of one server setting")
+                   help="result files of runs of one server setting, at most 20,000 "
+                        "requests in all (the fit replays them up to about 100 times; a "
+                        "line on stderr as each pass starts)")
     p.add_argument("--model", required=True, type=preset("model", MODELS), metavar="NAME",
                    help="the served model's preset")
     p.add_argument("--gpu", required=True, type=preset("GPU", GPUS), metavar="NAME",
@@ -62,7 +64,12 @@ def add_calibrate(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from ..experiments.calibrate import ResultFileError, case_from_result, fit_profile
+    from ..experiments.calibrate import (
+        ResultFileError,
+        case_from_result,
+        check_fit_size,
+        fit_profile,
+    )
     from ..experiments.validate import format_table, run_case_list
     from ..models.cost_profiles import CostProfileError, get_cost_profile
     from ..models.specs import get_model
@@ -84,6 +91,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                 "num_scheduler_steps": args.num_scheduler_steps}
     try:
         cases = [case_from_result(path, settings) for path in args.results]
+        check_fit_size(cases)
     except ResultFileError as err:
         raise CliError(f"argument RESULTS.json: {err}") from None
     print(format_table(run_case_list(cases, start), f"{start.name} (before)"))

@@ -28,14 +28,16 @@ only in the prefill chunks of tensor-parallel runs.
 
 from __future__ import annotations
 
-import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..models.cost_profiles import CostProfile
+from ..user_files import JsonFileError, NotRegularFileError, read_json_file
+from ..validate import shown_value
 from .validate import CaseResult, simulate_case
 
 #: Weight of median TTFT in the loss, against throughput and TPOT.
@@ -44,6 +46,16 @@ TTFT_WEIGHT = 0.25
 STEP_FACTORS = (1.3, 1.1, 1.03)
 #: A constant at 0 is tried at this value first (seconds), then moved by the factors.
 ZERO_START_S = 1e-6
+#: Bytes a result file may have (``--save-detailed`` adds every request's token times:
+#: about 6 MB for 1,000 requests of 256 output tokens).
+MAX_RESULT_BYTES = 256 * 2**20
+#: How deep a result file's JSON may nest (its lists of token times are two deep).
+MAX_RESULT_DEPTH = 16
+#: Requests in all the result files of one fit. The fit replays every file up to
+#: 1 + 3 factors x 4 passes x 2 tries x the constants times (97 with 4 constants: one GPU,
+#: no tensor parallelism); a fit of one 10,000-request file took 275 s on 2 cores
+#: (llama-3.1-8b on a100-80gb), so this bounds a fit to about 10 minutes there.
+MAX_FIT_REQUESTS = 20_000
 
 
 class ResultFileError(ValueError):
@@ -57,8 +69,11 @@ def case_from_result(path: str | Path, settings: dict[str, Any]) -> dict[str, An
     optionally ``gpu_memory_utilization``)."""
     where = str(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = read_json_file(path, MAX_RESULT_BYTES, MAX_RESULT_DEPTH)
+    except NotRegularFileError as err:
+        raise ResultFileError(f"{where}: not a readable JSON result file (it is "
+                              f"{err.kind}, not a regular file)") from None
+    except (OSError, JsonFileError) as err:
         raise ResultFileError(f"{where}: not a readable JSON result file ({err})") from None
     if not isinstance(data, dict):
         raise ResultFileError(f"{where}: a result file is a JSON object")
@@ -74,6 +89,18 @@ def case_from_result(path: str | Path, settings: dict[str, Any]) -> dict[str, An
                                   "serve)")
     if len(data["input_lens"]) != len(data["output_lens"]):
         raise ResultFileError(f"{where}: input_lens and output_lens differ in length")
+    if len(data["input_lens"]) > MAX_FIT_REQUESTS:
+        raise ResultFileError(f"{where}: {len(data['input_lens']):,} requests, more than the "
+                              f"{MAX_FIT_REQUESTS:,} a fit replays (it replays every file up "
+                              "to about 100 times); benchmark with fewer prompts")
+    max_len = settings["max_model_len"]
+    for i, (prompt, output) in enumerate(zip(data["input_lens"], data["output_lens"],
+                                             strict=True)):
+        if prompt + output > max_len:  # the server would have refused it
+            raise ResultFileError(
+                f"{where}: request {i} has {shown_value(prompt)} prompt + "
+                f"{shown_value(output)} output tokens, more than max_model_len {max_len:,}; "
+                "give the server's --max-model-len")
     rate = data.get("request_rate", "inf")
     if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)):
         rate = None
@@ -96,6 +123,17 @@ def case_from_result(path: str | Path, settings: dict[str, Any]) -> dict[str, An
             "num_prompts": len(data["input_lens"]), "rate_per_s": rate,
             "measured": {k: (float(v) if v is not None else None)
                          for k, v in measured.items()}}
+
+
+def check_fit_size(cases: Sequence[dict[str, Any]]) -> int:
+    """The requests of ``cases`` in all; raises :class:`ResultFileError` over
+    :data:`MAX_FIT_REQUESTS` (the fit would run for hours)."""
+    total = sum(c["num_prompts"] for c in cases)
+    if total > MAX_FIT_REQUESTS:
+        raise ResultFileError(f"{len(cases)} result files hold {total:,} requests in all, more "
+                              f"than the {MAX_FIT_REQUESTS:,} a fit replays (it replays every "
+                              "file up to about 100 times); give fewer files")
+    return total
 
 
 def case_loss(result: CaseResult) -> tuple[float, float]:
@@ -159,15 +197,20 @@ def fit_profile(cases: Sequence[dict[str, Any]], start: CostProfile, name: str =
     (named ``name``, its sources naming the cases) and its loss."""
     if not cases:
         raise ValueError("fit_profile needs at least one case")
+    check_fit_size(cases)
     best = replace(start, name=name)
     for gpu in sorted({c["gpu"] for c in cases}):  # every GPU named, at start's values
         hbm, flops = best.efficiencies(gpu)
         best = _set(_set(best, "hbm_efficiency", gpu, hbm), "flops_efficiency", gpu, flops)
     best_loss = profile_loss(best, cases)
+    replays, began_s = 1, time.monotonic()
     for factor in STEP_FACTORS:
         improved, sweeps = True, 0
         while improved and sweeps < max_sweeps:
             improved, sweeps = False, sweeps + 1
+            if log is not None:  # a long fit shows it is moving
+                log(f"factor {factor:g}, pass {sweeps}: loss {best_loss:.5f} after {replays} "
+                    f"replays of the cases, {time.monotonic() - began_s:.0f} s")
             for field, gpu in _params(best, cases):
                 value = _get(best, field, gpu)
                 tries = ([ZERO_START_S] if value == 0 else
@@ -177,6 +220,7 @@ def fit_profile(cases: Sequence[dict[str, Any]], start: CostProfile, name: str =
                         continue
                     trial = _set(best, field, gpu, candidate)
                     loss = profile_loss(trial, cases)
+                    replays += 1
                     if loss < best_loss - 1e-12:
                         best, best_loss, improved = trial, loss, True
                         if log is not None:

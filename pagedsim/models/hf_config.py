@@ -41,6 +41,7 @@ import os
 from pathlib import Path
 
 from ..user_files import JsonFileError, NotRegularFileError, read_json_file
+from ..validate import shown_value
 from .kv_spec import LayerKV, full, mla, sliding
 from .model_spec import ModelSpec
 from .param_count import ParamCount, count_params
@@ -103,14 +104,6 @@ class ConfigError(ValueError):
     """A config.json that cannot be read as a model (the message names the field)."""
 
 
-def _shown(value: object) -> str:
-    """``repr(value)`` cut short: a 4,000-digit number is shown by its digit count."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
-        return f"a {len(str(abs(value))):,}-digit number"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "..."
-
-
 def _int_field(cfg: dict, key: str, where: str, default: int | None = None,
                least: int = 1) -> int:
     """``cfg[key]`` (or ``default``): a JSON integer from ``least`` to its
@@ -121,7 +114,7 @@ def _int_field(cfg: dict, key: str, where: str, default: int | None = None,
     most = FIELD_LIMITS.get(key, MAX_CONTEXT_TOKENS)
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
         raise ConfigError(f"{where}: {key} must be a whole number from {least} to {most:,}, "
-                          f"got {_shown(value)}")
+                          f"got {shown_value(value)}")
     return value
 
 
@@ -133,7 +126,7 @@ def _bool_field(cfg: dict, key: str, where: str, default: bool) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}: {key} must be JSON true or false, got {_shown(value)}")
+        raise ConfigError(f"{where}: {key} must be JSON true or false, got {shown_value(value)}")
     return value
 
 
@@ -147,7 +140,7 @@ def max_model_len_of(text: dict, where: str) -> tuple[int, str]:
             if isinstance(value, bool) or not isinstance(value, int) \
                     or not 1 <= value <= MAX_CONTEXT_TOKENS:
                 raise ConfigError(f"{where}: {key} must be a whole number of tokens from 1 "
-                                  f"to {MAX_CONTEXT_TOKENS:,}, got {_shown(value)}")
+                                  f"to {MAX_CONTEXT_TOKENS:,}, got {shown_value(value)}")
             found[key] = value
     if "model_max_length" in found:
         return found["model_max_length"], "model_max_length"
@@ -176,10 +169,11 @@ def _sliding_flags(text: dict, num_layers: int, where: str) -> list[bool]:
     types = text.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != num_layers:
-            raise ConfigError(f"{where}: layer_types must list {num_layers} layers, got "
-                              f"{_shown(types) if not isinstance(types, list) else len(types)}")
+            got = shown_value(types) if not isinstance(types, list) else len(types)
+            raise ConfigError(f"{where}: layer_types must list {num_layers} layers, got {got}")
         # Shown, not hashed: an entry may be a list or an object (unhashable).
-        bad = sorted({_shown(t) for t in types if not isinstance(t, str) or t not in _LAYER_TYPES})
+        bad = sorted({shown_value(t) for t in types
+                      if not isinstance(t, str) or t not in _LAYER_TYPES})
         if bad:
             raise ConfigError(f"{where}: layer_types {', '.join(bad[:5])} not supported; valid: "
                               f"{', '.join(_LAYER_TYPES)} (state and linear-attention layers "
@@ -247,7 +241,7 @@ def model_from_config(cfg: dict, name: str, *, weights_bytes: int = 0,
                           f"num_key_value_heads {num_kv_heads}")
     dtype = text.get("torch_dtype", text.get("dtype")) or "bfloat16"
     if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:  # a list is unhashable
-        raise ConfigError(f"{where}: torch_dtype {_shown(dtype)} not supported; valid: "
+        raise ConfigError(f"{where}: torch_dtype {shown_value(dtype)} not supported; valid: "
                           f"{', '.join(_DTYPE_BYTES)}")
     max_len, max_len_from = max_model_len_of(text, where)
 
@@ -327,7 +321,7 @@ def weights_next_to(path: Path) -> int:
             or not 1 <= total <= MAX_WEIGHTS_BYTES:
         raise ConfigError(f"{what} {str(index)!r}: metadata.total_size must be a whole "
                           f"number of bytes from 1 to {MAX_WEIGHTS_BYTES:,} (1 PiB), got "
-                          f"{_shown(total)}")
+                          f"{shown_value(total)}")
     return total
 
 

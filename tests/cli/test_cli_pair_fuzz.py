@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pagedsim.cli import build_parser, main
-from pagedsim.experiments import cache_replay
+from pagedsim.experiments import cache_replay, host_sweep
 from pagedsim.experiments import runner as runner_module
 from pagedsim.experiments.spec import Experiment
 
@@ -67,6 +67,8 @@ BASES = {
     "sweep block-size": ["sweep", "block-size", "--jobs", "1", "--quiet"],
     "sweep sharing": ["sweep", "sharing", "--jobs", "1", "--quiet"],
     "sweep cache-size": ["sweep", "cache-size", "--jobs", "1", "--quiet"],
+    "sweep preemption": ["sweep", "preemption", "--jobs", "1", "--quiet"],
+    "sweep host-cache": ["sweep", "host-cache", "--jobs", "1", "--quiet"],
     "cache-replay": ["cache-replay"],
     # No simulation: a case ends in its report (exit 0) or one line. A model and a GPU are
     # given first (a drawn --model or --gpu comes later on the line and replaces them).
@@ -136,6 +138,7 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(runner_module, "run_scheme", run_started)
     monkeypatch.setattr(cache_replay, "replay", started)
+    monkeypatch.setattr(host_sweep, "replay", started)  # its own name for it
 
 
 @st.composite
