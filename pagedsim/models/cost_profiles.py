@@ -25,10 +25,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..user_files import JsonFileError, NotRegularFileError, read_json_file
+
 #: The data file, inside the ``pagedsim`` package.
 DATA_FILE = "cost_profiles.json"
 #: The profile every run uses unless told otherwise.
 DEFAULT_PROFILE = "paper"
+#: Bytes and nesting a profile file may have (``pagedsim calibrate`` writes about 2 KB,
+#: two deep).
+MAX_PROFILE_BYTES = 2**20
+MAX_PROFILE_DEPTH = 8
 
 
 class CostProfileError(ValueError):
@@ -176,11 +182,14 @@ def get_cost_profile(name_or_path: str) -> CostProfile:
         return profiles[name_or_path]
     path = Path(name_or_path)
     if path.suffix == ".json" or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise CostProfileError(f"cost profile file {name_or_path!r} does not exist")
-        try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        try:  # read as config files are: a regular file, bounded, no key given twice
+            entry = read_json_file(path, MAX_PROFILE_BYTES, MAX_PROFILE_DEPTH)
+        except NotRegularFileError as err:
+            raise CostProfileError(f"cost profile file {name_or_path!r} is {err.kind}, not "
+                                   "a regular file") from None
+        except (OSError, JsonFileError) as err:
             raise CostProfileError(f"cost profile file {name_or_path!r} is not readable "
                                    f"JSON: {err}") from None
         return profile_from_json(entry, f"cost profile file {name_or_path!r}")

@@ -137,6 +137,26 @@ def test_profile_file_round_trip_and_refusals(tmp_path) -> None:
         get_cost_profile(str(bad))
 
 
+
+def test_a_profile_file_is_read_as_config_files_are(tmp_path) -> None:
+    """Were: a profile file nested 100,000 deep was a RecursionError traceback; a key given
+    twice kept its last value; a FIFO was called missing ('does not exist')."""
+    import os
+
+    path = tmp_path / "p.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CostProfileError, match="nested 100,000 deep, more than the 8"):
+        get_cost_profile(str(path))
+    text = json.dumps(get_cost_profile("vllm").to_json())
+    path.write_text(text.replace('{"name": "vllm"', '{"name": "vllm", "name": "mine"', 1))
+    with pytest.raises(CostProfileError, match="key 'name' given twice"):
+        get_cost_profile(str(path))
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo.json")
+        with pytest.raises(CostProfileError, match="is a FIFO"):
+            get_cost_profile(str(tmp_path / "fifo.json"))
+
+
 def test_prefill_attention_pairs_reach_the_step_time_only_when_asked() -> None:
     from pagedsim.engine.plan import PrefillItem, StepPlan
 
