@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from .base import CliError
@@ -109,10 +110,14 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_release(args: argparse.Namespace) -> int:
-    from ..labs import list_labs, release
+    from ..labs import LabError, list_labs, release
     from ..labs.release import parse_lab_ids
 
-    ids = None if args.lab is None else parse_lab_ids(args.lab, [lab.id for lab in list_labs()])
+    try:
+        ids = None if args.lab is None else parse_lab_ids(args.lab,
+                                                          [lab.id for lab in list_labs()])
+    except LabError as exc:
+        raise CliError(f"argument --lab: {exc}") from None
     prepare_out(args.out, ["README.md"], flag="OUT")  # before anything is written
     labs = release(args.out, force=args.force, lab_ids=ids)
     print(f"released {len(labs)} labs into {args.out}: "
@@ -121,10 +126,20 @@ def run_release(args: argparse.Namespace) -> int:
 
 
 def run_grade(args: argparse.Namespace) -> int:
-    from ..labs import grade
+    from ..labs import LabError, grade
     from ..labs.grading import check_timeout
 
-    check_timeout(args.timeout, "argument --timeout")
+    _check_lab_id(args.lab)
+    try:
+        check_timeout(args.timeout, "the timeout")
+    except LabError as exc:
+        raise CliError(f"argument --timeout: {exc}") from None
+    if args.uploaded is not None:  # it only names where a student's files came from
+        if args.path is None:
+            raise CliError("argument --uploaded: only with --path (it names the folder the "
+                           "student's files were uploaded to, for a missing file's message)")
+        if not os.path.isdir(args.uploaded):
+            raise CliError(f"argument --uploaded: {args.uploaded!r} is not a folder")
     result = grade(args.lab, path=args.path, mutant=args.mutant, timeout_s=args.timeout,
                    tasks=args.task, uploaded=args.uploaded)
     from ..labs.results import instructor_default
@@ -140,8 +155,19 @@ def run_grade(args: argparse.Namespace) -> int:
 def run_autograder(args: argparse.Namespace) -> int:
     from ..labs import build_autograder
 
+    _check_lab_id(args.lab)  # before OUT's folder is made
     out = Path(args.out)
     prepare_out(str(out.parent), [out.name], flag="OUT")  # its folder, before the build
     path = build_autograder(args.lab, args.out)
     print(f"wrote {path} (upload it as the autograder of lab {args.lab} on Gradescope)")
     return 0
+
+
+def _check_lab_id(lab_id: int) -> None:
+    """A lab id no lab has: one line naming the argument N and the valid ids."""
+    from ..labs import LabError, get_lab
+
+    try:
+        get_lab(lab_id)
+    except LabError as exc:
+        raise CliError(f"argument N: {exc}") from None

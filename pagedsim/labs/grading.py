@@ -247,6 +247,11 @@ def _missing_message(lab: LabInfo, missing: list[str], where: Path) -> str:
              f"{', '.join(lab.student_files)}, named exactly so; every task scores 0",
              f"your upload holds: {shown}" if held else "your upload holds no file"]
     for name in missing:
+        nested = [h for h in held if Path(h).name == name]
+        if nested:  # the right name, inside a folder (a zipped folder, a copied tree)
+            lines.append(f"upload {nested[0]!r} itself, not the folder around it: the "
+                         f"graders look for {name!r} at the top of the upload")
+            continue
         close = difflib.get_close_matches(name, [Path(h).name for h in held], n=1, cutoff=0.6)
         if close:
             lines.append(f"rename {close[0]!r} to {name!r} and upload it again")

@@ -73,7 +73,7 @@ def release_lab(lab: LabInfo, dest: Path) -> None:
 
 def parse_lab_ids(spec: str, valid: list[int]) -> list[int]:
     """``"4"``, ``"1-3"``, ``"1,4-5"``: the lab ids named, in order, each once. A
-    :class:`LabError` line names a bad part and the valid ids."""
+    :class:`LabError` line names the spec, its bad part and the valid ids."""
     ids: list[int] = []
     shown = ", ".join(map(str, valid))
     for part in spec.split(","):
@@ -81,13 +81,15 @@ def parse_lab_ids(spec: str, valid: list[int]) -> list[int]:
         try:
             lo, hi = int(first), int(last) if dash else int(first)
         except ValueError:
-            raise LabError(f"--lab {spec!r}: {part.strip()!r} is no lab id or range such as "
-                           f"4 or 1-3; valid ids: {shown}") from None
+            raise LabError(f"{spec!r}: {part.strip()!r} is no lab id or range such as 4 or "
+                           f"1-3; valid ids: {shown}") from None
         if lo > hi:
-            raise LabError(f"--lab {spec!r}: the range {part.strip()!r} runs backwards")
-        unknown = [i for i in range(lo, hi + 1) if i not in valid]
-        if unknown:
-            raise LabError(f"--lab {spec!r}: no lab {unknown[0]}; valid ids: {shown}")
+            raise LabError(f"{spec!r}: the range {part.strip()!r} runs backwards")
+        # The first id of the range that is no lab, found within len(valid) + 1 steps: a
+        # range of 10**12 ids is never walked whole.
+        unknown = next((i for i in range(lo, hi + 1) if i not in valid), None)
+        if unknown is not None:
+            raise LabError(f"{spec!r}: no lab {unknown}; valid ids: {shown}")
         ids += [i for i in range(lo, hi + 1) if i not in ids]
     return ids
 

@@ -122,6 +122,35 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     assert time.perf_counter() - start < 30
 
 
+def test_a_student_file_inside_a_folder_is_named_where_it_is(tmp_path: Path) -> None:
+    """Before: an upload holding the file one folder down was told "rename 'budget_lab.py'
+    to 'budget_lab.py' and upload it again"."""
+    nested = tmp_path / "my-lab" / "budget_lab.py"
+    nested.parent.mkdir()
+    nested.write_text("x = 1\n")
+    result = grade(1, path=tmp_path, labs_dir=LABS, timeout_s=180)
+    assert result.score == 0
+    assert ("upload 'my-lab/budget_lab.py' itself, not the folder around it: the graders "
+            "look for 'budget_lab.py' at the top of the upload") in result.message
+    assert "rename" not in result.message
+
+
+def test_uploaded_is_refused_where_it_would_be_ignored(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """Before: ``labs grade 1 --uploaded DIR`` graded the reference, --uploaded ignored;
+    a FIFO as --uploaded was taken too."""
+    from pagedsim.cli import main
+
+    os.mkfifo(tmp_path / "fifo")
+    for argv, needle in ((["--uploaded", str(tmp_path)], "argument --uploaded: only with --path"),
+                         (["--path", str(tmp_path), "--uploaded", str(tmp_path / "fifo")],
+                          "is not a folder")):
+        assert main(["labs", "grade", "1", *argv]) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and needle in lines[0] and captured.out == ""
+
+
 # --------------------------------------------------------------------------------------
 # The forbidden-import check's cost and the files it cannot parse
 

@@ -781,19 +781,19 @@ def test_cli_grade_json_shape(capsys: pytest.CaptureFixture[str], tmp_path: Path
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["labs"], "missing action"),
-    (["labs", "grade", "99"], "unknown lab 99; valid: "),
+    (["labs", "grade", "99"], "argument N: unknown lab 99; valid: "),
     (["labs", "grade", "x"], "invalid int value: 'x'"),
     (["labs", "grade", "1", "--path", "/no/such/dir"], "path '/no/such/dir' does not exist"),
     (["labs", "grade", "1", "--mutant", "no-such"], "has no mutant 'no-such'; valid: "),
     (["labs", "grade", "1", "--mutant", "x", "--path", "."], "not both"),
     (["labs", "grade", "1", "--timeout", "0"], "--timeout"),
-    (["labs", "grade", "1", "--timeout", "inf"], "argument --timeout must be a number of "
-                                                 "seconds > 0 and <= 86400, got inf"),
+    (["labs", "grade", "1", "--timeout", "inf"], "argument --timeout: the timeout must be a "
+                                                 "number of seconds > 0 and <= 86400, got inf"),
     (["labs", "grade", "1", "--timeout", "1e20"], "got 1e+20"),
     (["labs", "grade", "1", "--timeout", "nan"], "got nan"),
     (["labs", "grade", "1", "--task", "lab1_9"], "lab 1 has no task 'lab1_9'; valid: lab1_1"),
     (["labs", "autograder", "1", "out.txt"], "must be a .zip file name"),
-    (["labs", "autograder", "99", "out.zip"], "unknown lab 99"),
+    (["labs", "autograder", "99", "out.zip"], "argument N: unknown lab 99"),
 ])
 def test_cli_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
                            message: str) -> None:
@@ -827,13 +827,23 @@ def test_cli_release_one_lab_then_a_range(capsys: pytest.CaptureFixture[str],
     status, _, _ = _cli(capsys, "labs", "release", str(tmp_path), "--lab", "1-2", "--force")
     assert status == 0 and sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == \
         ["lab1_budget", "lab2_contiguous", "lab4_cow"]
-    for spec, message in (("9", "--lab '9': no lab 9; valid ids: 1, 2"),
+    # A range of 10**12 ids was walked whole (16 s and gigabytes for 10**8).
+    for spec, message in (("9", "argument --lab: '9': no lab 9; valid ids: 1, 2"),
+                          ("1-1000000000000", "argument --lab: '1-1000000000000': no lab 9"),
                           ("3-1", "the range '3-1' runs backwards"),
                           ("x", "'x' is no lab id or range such as 4 or 1-3")):
         status, out, err = _cli(capsys, "labs", "release", str(tmp_path / "new"), "--lab",
                                 spec)
         assert status == 2 and out == "" and message in err and len(err.splitlines()) == 1
         assert not (tmp_path / "new").exists()
+
+
+def test_an_unknown_lab_makes_no_folder(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: ``labs autograder 99 NEW/x.zip`` made the folder NEW, then refused."""
+    status, out, err = _cli(capsys, "labs", "autograder", "99", str(tmp_path / "new" / "x.zip"))
+    assert status == 2 and out == "" and "argument N: unknown lab 99" in err
+    assert not (tmp_path / "new").exists()
 
 
 def test_cli_without_pytest_exits_2() -> None:
