@@ -182,8 +182,8 @@ def add_experiment_options(p: argparse.ArgumentParser, defaults: OptionDefaults)
     p.add_argument("--seed", type=whole, default=0, metavar="SEED",
                    help="seed of the workload and of beam search (default 0)")
     p.add_argument("--jobs", type=jobs, default=-1, metavar="N",
-                   help="worker processes (joblib, or the workers of --dask local); -1 = "
-                        "every CPU, 1 = no subprocess (default -1)")
+                   help="worker processes (joblib, or the workers of --dask local), at "
+                        "most one per CPU; -1 = every CPU, 1 = no subprocess (default -1)")
     add_dask_option(p)
     add_host_options(p, d.swept)
     add_engine_options(p)

@@ -235,7 +235,8 @@ def add_figures(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="figures", metavar="DIR", type=nonempty("a folder"),
                    help="folder to write (default figures/)")
     p.add_argument("--jobs", type=jobs, default=-1, metavar="N",
-                   help="worker processes (joblib); -1 = every CPU (default -1)")
+                   help="worker processes (joblib), at most one per CPU; -1 = every CPU "
+                        "(default -1)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no list of files written")
     p.set_defaults(run=run_figures)

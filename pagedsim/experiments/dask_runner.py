@@ -193,6 +193,7 @@ class DaskRunner:
                 n = self.workers
                 if n is None or n < 0:
                     n = os.cpu_count() or 1
+                n = min(n, os.cpu_count() or 1)  # as the joblib runner: one per CPU at most
                 # dashboard on a free port: 8787 may be another cluster's (a warning).
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=max(1, n), threads_per_worker=1, processes=True,

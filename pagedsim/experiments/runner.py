@@ -53,10 +53,12 @@ def task_requests(tasks: Sequence[tuple[Experiment, str]]) -> list[int]:
 
 
 def _n_jobs(jobs: int | None, num_tasks: int) -> int:
-    """Worker processes to use: ``jobs`` (-1 or None = every CPU), at most one per task."""
+    """Worker processes to use: ``jobs`` (-1 or None = every CPU), at most one per task
+    and one per CPU (the runs are CPU-bound: more processes run no faster, and each holds
+    its own pool, up to gigabytes; the start line says how many ran)."""
     cpus = os.cpu_count() or 1
     want = cpus if jobs is None or jobs < 0 else max(1, jobs)
-    return max(1, min(want, num_tasks))
+    return max(1, min(want, num_tasks, cpus))
 
 
 def run_many(tasks: Sequence[tuple[Experiment, str]], jobs: int | None = None,

@@ -56,11 +56,14 @@ DEFAULT_NUM_REQUESTS = 2000
 #: Most requests one run may simulate (:data:`pagedsim.workloads.workload.MAX_NUM_REQUESTS`, the
 #: same limit for compare, sweep and cache-replay).
 MAX_NUM_REQUESTS = WORKLOAD_MAX_NUM_REQUESTS
-#: Most blocks (of ``block_size`` slots) a simulated KV pool may have: 2**26 = 67,108,864.
-#: The paged allocator keeps a Python list entry per block, so a bigger pool (e.g. from
-#: ``num_gpus=100000``) would take gigabytes before the first step. The largest preset
-#: pool, 8 x H200 with blocks of 16, has under 2**20 blocks.
-MAX_POOL_BLOCKS = 1 << 26
+#: Most blocks (of ``block_size`` slots) a simulated KV pool may have: 2**23 = 8,388,608.
+#: The allocators keep Python entries per block, built before the first step: at 2**24
+#: blocks the heaviest to build, hybrid-prefix-cache, took 4.5 GB and 20 s, prefix-cache
+#: 2.3 GB, paged 0.8 GB (2**26, the bound before, would be four times that: 18 GB for
+#: one run). So a run stays near 2.3 GB at most, one per CPU (the runner starts no more
+#: processes than CPUs). llama-3-8b on 8 x H200 has about 7.3 million token slots: blocks
+#: of 1 token still fit.
+MAX_POOL_BLOCKS = 1 << 23
 #: Workload kinds the CLI accepts by name (anything else is a trace file path).
 #: The sharing ones (pagedsim.workloads.sharing_workloads) fill prompt_pieces: their prompts share
 #: system prompts, conversation histories or few-shot examples.
@@ -248,7 +251,7 @@ class Experiment:
             raise ValueError(
                 f"num_gpus {self.num_gpus} x {self.gpu} with block_size {self.block_size} "
                 f"gives a KV pool of {num_blocks:,} blocks; at most {MAX_POOL_BLOCKS:,} "
-                "(2**26) are simulated: use fewer GPUs or larger blocks")
+                "(2**23) are simulated: use fewer GPUs or larger blocks")
 
     @property
     def is_trace(self) -> bool:

@@ -101,7 +101,31 @@ def test_num_gpus_pool_too_large(capsys: pytest.CaptureFixture[str],
                                  no_simulation: None) -> None:
     line = _error_line(capsys, ["compare", "--num-gpus", "100000", *QUIET])
     assert "argument --num-gpus:" in line and "100000" in line
-    assert "67,108,864" in line  # the documented bound, 2**26 blocks
+    assert "8,388,608" in line  # the documented bound, 2**23 blocks
+
+
+def test_a_pool_of_gigabytes_is_refused_before_it_is_built(
+        capsys: pytest.CaptureFixture[str], no_simulation: None) -> None:
+    """Before: 1,024 H200s with llama-3-8b (66 million blocks, under the old 2**26 bound)
+    took 8.9 GB and 77 s for a 5-request run of two schemes; hybrid-prefix-cache would
+    have taken about 18 GB for one run."""
+    line = _error_line(capsys, ["compare", "--num-gpus", "1024", "--gpu", "h200-141gb",
+                                "--model", "llama-3-8b", "--num-requests", "5", *QUIET])
+    assert "argument --num-gpus:" in line and "at most 8,388,608 (2**23)" in line
+
+
+def test_worker_processes_are_one_per_cpu_at_most(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: ``--jobs 8`` on 2 CPUs started 8 processes, each with its own pool."""
+    import os
+
+    from pagedsim.experiments.runner import _n_jobs
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert [_n_jobs(j, 8) for j in (8, -1, None, 1)] == [2, 2, 2, 1]
+    assert _n_jobs(8, 1) == 1  # and one per task
+    assert main(["compare", "--jobs", "8", "--num-requests", "4", "--no-write"]) == 0
+    assert "on 2 worker processes" in capsys.readouterr().err  # the start line says so
 
 
 def test_budget_many_gpus_is_only_arithmetic(capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,7 +145,7 @@ def test_num_requests_bounded(capsys: pytest.CaptureFixture[str], no_simulation:
 def test_experiment_bounds_library() -> None:
     with pytest.raises(ValueError, match="num_requests must be <= 10,000,000"):
         Experiment(num_requests=MAX_NUM_REQUESTS + 1)
-    with pytest.raises(ValueError, match="2\\*\\*26"):
+    with pytest.raises(ValueError, match="2\\*\\*23"):
         Experiment(num_gpus=100_000)
     with pytest.raises(ValueError, match="n must be <= max_num_seqs"):
         Experiment(n=257)
