@@ -295,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix-groups", type=int, default=d.prefix_groups,
                         help="sharing workloads: system prompts, shot sets or conversations")
     parser.add_argument("--policy", choices=["v0", "chunked"], default=d.policy)
-    parser.add_argument("--max-batched-tokens", type=int, default=d.max_num_batched_tokens,
+    parser.add_argument("--max-batched-tokens", dest="max_num_batched_tokens", type=int,
+                        default=d.max_num_batched_tokens,
                         help="tokens one step may run (chunked: prompts split to fit)")
     parser.add_argument("--num-requests", type=int, default=d.num_requests)
     parser.add_argument("--rate", type=float, default=d.rate_per_s, help="requests per second")
@@ -305,16 +306,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-blocks", type=int, default=d.num_blocks)
     parser.add_argument("--block-size", type=int, default=d.block_size)
     parser.add_argument("--preemption", choices=["recompute", "swap"], default=d.preemption)
-    parser.add_argument("--layers", type=int, default=d.model.num_layers)
+    parser.add_argument("--layers", dest="num_layers", type=int, default=d.model.num_layers)
     parser.add_argument("--windows", type=windows_arg, default=(), metavar="W,W,...",
                         help="each layer's sliding window in tokens, 0 = full attention, one "
                         "per layer (e.g. 8,0 with --layers 2; schemes hybrid, all-full)")
-    parser.add_argument("--hidden", type=int, default=d.model.hidden_size)
-    parser.add_argument("--heads", type=int, default=d.model.num_heads)
-    parser.add_argument("--kv-heads", type=int, default=d.model.num_kv_heads)
+    parser.add_argument("--hidden", dest="hidden_size", type=int, default=d.model.hidden_size)
+    parser.add_argument("--heads", dest="num_heads", type=int, default=d.model.num_heads)
+    parser.add_argument("--kv-heads", dest="num_kv_heads", type=int,
+                        default=d.model.num_kv_heads)
     parser.add_argument("--head-dim", type=int, default=d.model.head_dim)
-    parser.add_argument("--intermediate", type=int, default=d.model.intermediate_size)
-    parser.add_argument("--vocab", type=int, default=d.model.vocab_size)
+    parser.add_argument("--intermediate", dest="intermediate_size", type=int,
+                        default=d.model.intermediate_size)
+    parser.add_argument("--vocab", dest="vocab_size", type=int, default=d.model.vocab_size)
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", choices=["triton", "torch"], default=None,
@@ -326,13 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     try:
         args = parser.parse_args(argv)
-        if args.windows and len(args.windows) != args.layers:
+        if args.windows and len(args.windows) != args.num_layers:
             raise CliError(f"argument --windows: {len(args.windows)} windows for --layers "
-                           f"{args.layers}; give one per layer")
-        model = ModelConfig(vocab_size=args.vocab, hidden_size=args.hidden,
-                            num_layers=args.layers, num_heads=args.heads,
-                            num_kv_heads=args.kv_heads, head_dim=args.head_dim,
-                            intermediate_size=args.intermediate,
+                           f"{args.num_layers}; give one per layer")
+        model = ModelConfig(vocab_size=args.vocab_size, hidden_size=args.hidden_size,
+                            num_layers=args.num_layers, num_heads=args.num_heads,
+                            num_kv_heads=args.num_kv_heads, head_dim=args.head_dim,
+                            intermediate_size=args.intermediate_size,
                             dtype=getattr(torch, args.dtype), seed=args.seed,
                             layer_windows=args.windows)
         cfg = MeasureConfig(
@@ -341,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             n=args.n, beam_width=args.beam_width, max_model_len=args.max_model_len,
             num_blocks=args.num_blocks, block_size=args.block_size,
             preemption=args.preemption, seed=args.seed, model=model, backend=args.backend,
-            policy=args.policy, max_num_batched_tokens=args.max_batched_tokens,
+            policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
             shared_tokens=args.shared_tokens,
             prefix_groups=args.prefix_groups)
         from . import INFO

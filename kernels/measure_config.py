@@ -10,6 +10,7 @@ configured exactly like the real cache's.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -76,10 +77,34 @@ class MeasureConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self._check_memory()
         if self.max_model_len % self.block_size:
             raise ValueError(f"max_model_len ({self.max_model_len}) must be a multiple of "
                              f"block_size ({self.block_size}) so contiguous regions are "
                              "whole blocks")
+
+    def kv_cache_bytes(self) -> int:
+        """Bytes of the paged KV cache: every slot of every layer, K and V."""
+        m = self.model
+        size = torch.tensor([], dtype=m.dtype).element_size()
+        return (self.num_blocks * self.block_size * m.num_layers * 2 * m.num_kv_heads
+                * m.head_dim * size)
+
+    def _check_memory(self) -> None:
+        """The weights and the KV cache, both built before the first step, must fit in
+        half the memory of the device they go to (a GPU's: 90%): refused here, naming the
+        size that takes the most, rather than ending in the allocator's error or the
+        system's out-of-memory kill."""
+        parts = {"num_blocks": self.kv_cache_bytes(), **self.model.weights_bytes_by_part()}
+        total, limit = sum(parts.values()), memory_limit_bytes(self.model.device)
+        if total > limit:
+            name = max(parts, key=parts.__getitem__)
+            value = self.num_blocks if name == "num_blocks" else getattr(self.model, name)
+            raise ValueError(
+                f"{name} {value:,}: the KV cache ({_gib(parts['num_blocks'])}) and the "
+                f"model's weights ({_gib(total - parts['num_blocks'])}) would take "
+                f"{_gib(total)}, more than the {_gib(limit)} this run may use on "
+                f"{self.model.device}; lower {name} (it takes the most)")
 
     @property
     def capacity_slots(self) -> int:
@@ -92,6 +117,18 @@ class MeasureConfig:
                                         policy=self.policy,
                                         max_num_batched_tokens=self.max_num_batched_tokens,
                                         max_model_len=self.max_model_len)
+
+
+def memory_limit_bytes(device: str) -> int:
+    """Bytes a measure run may build up front on ``device``: 90% of a CUDA GPU's memory,
+    half of this machine's on the CPU (the rest is the runs' own and everything else's)."""
+    if device.startswith("cuda"):
+        return int(0.9 * torch.cuda.get_device_properties(torch.device(device)).total_memory)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def _gib(num_bytes: int) -> str:
+    return f"{num_bytes / 2**30:,.1f} GiB"
 
 
 def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:

@@ -42,6 +42,12 @@ from .layers import LayerWeights, causal_attention, finish_layer, qkv, rms_norm
 
 SeqId = Hashable
 
+#: Largest size of each dimension (real models stay well under: Llama 3.1 405B has 126
+#: layers, hidden 16,384, intermediate 53,248; Gemma 3's vocabulary is 262,144): the
+#: weights are random tensors built at once, and each layer is a Python loop's turn.
+MAX_DIMS = {"vocab_size": 2**18, "hidden_size": 2**14, "num_layers": 256, "num_heads": 256,
+            "num_kv_heads": 256, "head_dim": 1024, "intermediate_size": 2**17}
+
 
 @dataclass(slots=True)
 class ModelConfig:
@@ -68,6 +74,8 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+            if value > MAX_DIMS[name]:
+                raise ValueError(f"{name} must be at most {MAX_DIMS[name]:,}, got {value:,}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of "
                              f"num_kv_heads ({self.num_kv_heads})")
@@ -80,6 +88,17 @@ class ModelConfig:
                 type(w) is int and w >= 0 for w in windows)):
             raise ValueError(f"layer_windows must give {self.num_layers} ints >= 0 (0: full "
                              f"attention), got {windows!r}")
+
+    def weights_bytes_by_part(self) -> dict[str, int]:
+        """Bytes of the weights :class:`Decoder` builds, by the size that sets each part:
+        ``vocab_size`` (the embedding and the LM head), ``hidden_size`` (attention and the
+        norms), ``intermediate_size`` (the MLP)."""
+        e, i, layers = self.hidden_size, self.intermediate_size, self.num_layers
+        qd, kvd = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        size = torch.tensor([], dtype=self.dtype).element_size()
+        return {"vocab_size": 2 * self.vocab_size * e * size,
+                "hidden_size": (layers * (2 * e * qd + 2 * e * kvd + 2 * e) + e) * size,
+                "intermediate_size": layers * 3 * e * i * size}
 
     def window(self, layer: int) -> int | None:
         """Layer ``layer``'s sliding window in tokens, or None (full attention)."""

@@ -120,8 +120,36 @@ def test_every_request_rejected_is_reported_not_a_nan_traceback(tmp_path, capsys
     (["--num-requests", "abc"], "--num-requests"),
     (["--schemes", "paged,paged"], "--schemes"),
     (["--out", "/proc/pagedsim-no-such/x"], "--out"),
+    # Were: the sizes named no flag (--hidden 0: "hidden_size must be ...").
+    (["--hidden", "0"], "--hidden"),
+    (["--max-batched-tokens", "0"], "--max-batched-tokens"),
+    # Were: a traceback (--vocab: a RuntimeError from the allocator, exit 1), the system's
+    # out-of-memory kill after 90 s (--num-blocks 10**9: 24 GB), 17 GB and 71 s
+    # (--hidden 10**6), a run past minutes (--layers 100000).
+    (["--vocab", "1000000000"], "--vocab"),
+    (["--num-blocks", "1000000000"], "--num-blocks"),
+    (["--hidden", "1000000"], "--hidden"),
+    (["--layers", "100000"], "--layers"),
+    (["--intermediate", "1000000000"], "--intermediate"),
+    (["--vocab", "262144", "--hidden", "16384"], "--vocab"),  # each size allowed, too big
 ])
 def test_cli_errors_are_one_line_naming_the_flag(capsys, argv, flag):
     assert main([*argv, "--backend", "torch"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and f"error: argument {flag}:" in err[0], err
+
+
+def test_the_memory_a_run_builds_up_front_is_bounded() -> None:
+    """The weights and the KV cache are counted before anything is built."""
+    from pagedsim.kernels.measure_config import memory_limit_bytes
+
+    cfg = MeasureConfig(num_blocks=48, block_size=4)
+    m = cfg.model  # 2 layers, 2 KV heads of 32, float32: 2 x 2 x 32 x 4 bytes a slot-layer
+    assert cfg.kv_cache_bytes() == 48 * 4 * m.num_layers * 2 * m.num_kv_heads * m.head_dim * 4
+    parts = m.weights_bytes_by_part()
+    assert parts["vocab_size"] == 2 * m.vocab_size * m.hidden_size * 4
+    assert parts["intermediate_size"] == m.num_layers * 3 * m.hidden_size * \
+        m.intermediate_size * 4
+    too_many = memory_limit_bytes("cpu") // (cfg.kv_cache_bytes() // 48) + 1
+    with pytest.raises(ValueError, match=f"num_blocks {too_many:,}: the KV cache"):
+        MeasureConfig(num_blocks=too_many, block_size=4)
