@@ -36,6 +36,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from pagedsim.cli.base import ArgumentParser, CliError
+
 from . import INFO, paged_attention, paged_attention_reference
 
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 32, 8, 128
@@ -286,9 +288,17 @@ def plot(rows: list[Row], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+#: Each flag's range (inclusive): a sweep is a few minutes of one GPU, not hours.
+LIMITS = {"batch": (1, 4096), "context": (1, 2**20), "block_size": (1, 256),
+          "iters": (1, 10_000), "warmup": (0, 1_000), "max_minutes": (0, 24 * 60)}
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m pagedsim.kernels.bench",
-                                description=__doc__.split("\n")[0])
+    """The flags, each checked against :data:`LIMITS` (block sizes are powers of two, as
+    the kernel's block loop needs); a bad one raises :class:`CliError` naming it."""
+    # pagedsim's parser: a usage error is one line (CliError), not usage text and exit.
+    p = ArgumentParser(prog="python -m pagedsim.kernels.bench",
+                       description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny CPU correctness run, no timing")
     p.add_argument("--out", type=Path, default=Path("figures/bench_paged_attention.csv"),
                    help="CSV of the timed sweep, one row per configuration (default "
@@ -310,11 +320,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="untimed launches first, to compile and warm caches (default 5)")
     p.add_argument("--max-minutes", type=float, default=5.0,
                    help="stop the sweep after this long (the rows so far are written)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name, (low, high) in LIMITS.items():
+        flag = "--" + name.replace("_", "-")
+        for value in getattr(args, name) if isinstance(getattr(args, name), list) \
+                else [getattr(args, name)]:
+            if not (math.isfinite(value) and low <= value <= high) or (
+                    name == "max_minutes" and value == 0):
+                more = " (and more than 0)" if name == "max_minutes" else ""
+                got = f"{value:,}" if isinstance(value, int) else f"{value:g}"
+                raise CliError(f"argument {flag}: must be from {low} to {high:,}{more}, "
+                               f"got {got}")
+            if name == "block_size" and value & (value - 1):
+                raise CliError(f"argument {flag}: must be a power of two (the kernel's "
+                               f"block loop), got {value}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except CliError as exc:
+        print(f"python -m pagedsim.kernels.bench: error: {exc}", file=sys.stderr)
+        return 2
     print(f"backend: {INFO.name} on {INFO.device} ({INFO.reason})")
     if args.quick:
         return 0 if run_quick() else 1
