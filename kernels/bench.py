@@ -323,8 +323,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     for name, (low, high) in LIMITS.items():
         flag = "--" + name.replace("_", "-")
-        for value in getattr(args, name) if isinstance(getattr(args, name), list) \
-                else [getattr(args, name)]:
+        given = getattr(args, name)
+        for value in given if isinstance(given, list) else [given]:
             if not (math.isfinite(value) and low <= value <= high) or (
                     name == "max_minutes" and value == 0):
                 more = " (and more than 0)" if name == "max_minutes" else ""

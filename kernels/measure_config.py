@@ -86,9 +86,8 @@ class MeasureConfig:
     def kv_cache_bytes(self) -> int:
         """Bytes of the paged KV cache: every slot of every layer, K and V."""
         m = self.model
-        size = torch.tensor([], dtype=m.dtype).element_size()
         return (self.num_blocks * self.block_size * m.num_layers * 2 * m.num_kv_heads
-                * m.head_dim * size)
+                * m.head_dim * m.dtype.itemsize)
 
     def _check_memory(self) -> None:
         """The weights and the KV cache, both built before the first step, must fit in
@@ -133,7 +132,7 @@ def _gib(num_bytes: int) -> str:
 
 def model_spec(cfg: ModelConfig, max_model_len: int) -> pagedsim.ModelSpec:
     """The decoder as a pagedsim ModelSpec (cost model, budget, hybrid manager's groups)."""
-    dtype_bytes = torch.tensor([], dtype=cfg.dtype).element_size()
+    dtype_bytes = cfg.dtype.itemsize
     params = (cfg.vocab_size * cfg.hidden_size * 2
               + cfg.num_layers * (cfg.hidden_size * cfg.head_dim
                                   * (2 * cfg.num_heads + 2 * cfg.num_kv_heads)

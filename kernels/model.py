@@ -95,7 +95,7 @@ class ModelConfig:
         norms), ``intermediate_size`` (the MLP)."""
         e, i, layers = self.hidden_size, self.intermediate_size, self.num_layers
         qd, kvd = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        size = torch.tensor([], dtype=self.dtype).element_size()
+        size = self.dtype.itemsize
         return {"vocab_size": 2 * self.vocab_size * e * size,
                 "hidden_size": (layers * (2 * e * qd + 2 * e * kvd + 2 * e) + e) * size,
                 "intermediate_size": layers * 3 * e * i * size}
